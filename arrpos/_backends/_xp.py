@@ -1,0 +1,200 @@
+"""Generic Array API implementations of the kernels that have compiled twins.
+
+Every function here works on any array-api-compat namespace, is jit-safe (no Python control flow
+on array values) and forms angles exactly enough for the accuracy contract:
+
+* where the device has float64: the product ``p * w`` is split (Veltkamp) into an exact part and a
+  small remainder, the exact part is reduced modulo 2*pi with a three-piece Cody-Waite constant, and
+  sin/cos are taken of an argument in [-pi, pi] that is right to a few 1e-16;
+* where it does not (JAX without x64): the angle is formed in *turns* as a sum of exact float32
+  products of 12-bit pieces, each reduced modulo 1 exactly, summed with compensation, and finished
+  with a 256-entry exact table plus a small-angle sin/cos.
+"""
+from __future__ import annotations
+
+from decimal import Decimal, localcontext
+
+import numpy as np
+
+from .._exact import PI, decimal_pieces
+from .._lib import has_float64
+
+__all__ = ["frequency_arrays", "sincos", "sinusoid_table"]
+
+# Cody-Waite pieces of 2*pi with 20 significant bits: k*C1, k*C2, k*C3 are exact and each
+# subtraction is exact (Sterbenz) for k < 2**33, i.e. angles up to ~5e10 rad.
+with localcontext() as _ctx:
+    _ctx.prec = 60
+    _C1, _C2, _C3 = decimal_pieces(2 * PI, 20, 3)
+    _C4 = float(2 * PI - Decimal(_C1) - Decimal(_C2) - Decimal(_C3))
+    _INV_2PI_32 = decimal_pieces(1 / (2 * PI), 12, 4)  # 12-bit float32 pieces of 1/(2 pi)
+    _TWO_PI = float(2 * PI)
+    _INV_2PI = float(1 / (2 * PI))
+_SPLIT64 = 134217729.0  # 2**27 + 1: Veltkamp split of float64 into 26 + 26 bits
+_SPLIT32 = 4097.0  # 2**12 + 1: Veltkamp split of float32 into 12 + 12 bits
+_TURN_TABLE = 256
+_COS_T = np.cos(2 * np.pi * np.arange(_TURN_TABLE) / _TURN_TABLE)
+_SIN_T = np.sin(2 * np.pi * np.arange(_TURN_TABLE) / _TURN_TABLE)
+
+
+def _split(x, c):
+    """Veltkamp split: ``x == hi + lo`` exactly, each with half the significand."""
+    t = c * x
+    hi = t - (t - x)
+    return hi, x - hi
+
+
+def frequency_arrays(hi, lo, *, xp, device=None):
+    """Host double-double frequencies -> device arrays in the working precision.
+
+    Returns ``(w_hi, w_lo)``: float64 when the device has it, else a float32 pair whose sum
+    carries ~48 bits of the frequency.
+    """
+    # fresh writable copies: some libraries (torch) warn on wrapping read-only buffers
+    hi = np.array(hi, dtype=np.float64)
+    lo = np.zeros_like(hi) if lo is None else np.array(lo, dtype=np.float64)
+    if has_float64(xp, device):
+        return (
+            xp.asarray(hi, dtype=xp.float64, device=device),
+            xp.asarray(lo, dtype=xp.float64, device=device),
+        )
+    h32 = hi.astype(np.float32)
+    l32 = ((hi - h32.astype(np.float64)) + lo).astype(np.float32)
+    return (
+        xp.asarray(h32, dtype=xp.float32, device=device),
+        xp.asarray(l32, dtype=xp.float32, device=device),
+    )
+
+
+def sincos(positions, w_hi, w_lo=None, *, xp):
+    """``(sin, cos)`` of ``positions[..., None] * (w_hi + w_lo)``, shape ``P + (F,)``.
+
+    Working precision follows ``w_hi``: float64 (results right to ~1e-15 for |p w| < 5e10)
+    or float32 (results right to ~1e-7 for integer positions below 2**31 and float32 positions).
+    """
+    if w_hi.dtype == xp.float64:
+        return _sincos64(positions, w_hi, w_lo, xp)
+    return _sincos32(positions, w_hi, w_lo, xp)
+
+
+def _sincos64(positions, w_hi, w_lo, xp):
+    p = xp.astype(positions, xp.float64)[..., None]
+    p1, p2 = _split(p, _SPLIT64)
+    w1, w2 = _split(w_hi, _SPLIT64)
+    big = p1 * w1  # exact: 26 x 26 significant bits
+    small = p1 * w2 + p2 * w1 + p2 * w2
+    if w_lo is not None:
+        small = small + p * w_lo
+    k = xp.round(big * _INV_2PI)
+    r = (((big - k * _C1) - k * _C2) - k * _C3) + (small - k * _C4)
+    return xp.sin(r), xp.cos(r)
+
+
+def _position_pieces32(positions, xp):
+    """Positions as float32 arrays of <= 12 significant bits each, summing exactly to them."""
+    if xp.isdtype(positions.dtype, "integral"):
+        p = positions
+        c = p % 4096
+        rest = (p - c) // 4096
+        b = rest % 4096
+        a = (rest - b) // 4096
+        return [
+            xp.astype(a, xp.float32) * 16777216.0,
+            xp.astype(b, xp.float32) * 4096.0,
+            xp.astype(c, xp.float32),
+        ]
+    p = xp.astype(positions, xp.float32)
+    return list(_split(p, _SPLIT32))
+
+
+def _turn_pieces32(w_hi, w_lo, xp):
+    """``w / (2 pi)`` in turns as 12-bit float32 pieces (exact products) plus a tiny tail."""
+    ws = list(_split(w_hi, _SPLIT32))
+    if w_lo is not None:
+        ws += list(_split(w_lo, _SPLIT32))
+    pieces, tail = [], None
+    for a, wa in enumerate(ws):
+        for b, ib in enumerate(_INV_2PI_32):
+            prod = wa * ib  # exact: 12 x 12 bits
+            if a + b <= 2:
+                pieces += list(_split(prod, _SPLIT32))
+            else:
+                tail = prod if tail is None else tail + prod
+    return pieces, tail
+
+
+def _two_sum(a, b):
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _sincos32(positions, w_hi, w_lo, xp):
+    ppieces = _position_pieces32(positions, xp)
+    fpieces, tail = _turn_pieces32(w_hi, w_lo, xp)
+    s = e = None
+    for pp in ppieces:
+        pp = pp[..., None]
+        for fp in fpieces:
+            x = pp * fp  # exact
+            x = x - xp.round(x)  # exact reduction modulo one turn
+            if s is None:
+                s, e = x, xp.zeros_like(x)
+            else:
+                s, err = _two_sum(s, x)
+                e = e + err
+    p_full = sum(ppieces[1:], ppieces[0])[..., None]
+    e = e + p_full * tail
+    s = s - xp.round(s)
+    j = xp.round(s * float(_TURN_TABLE))
+    u = (s - j / float(_TURN_TABLE)) + e  # |u| <= 1/512 turn: rounding here is ~1e-10 rad
+    ang = u * _TWO_PI
+    sin_u = xp.sin(ang)
+    h = xp.sin(ang * 0.5)
+    vers = 2.0 * h * h  # 1 - cos(ang), without cancellation
+    idx = xp.astype(j, xp.int32) % _TURN_TABLE
+    dev = _device(s)
+    ct = xp.asarray(_COS_T, dtype=xp.float32, device=dev)
+    st = xp.asarray(_SIN_T, dtype=xp.float32, device=dev)
+    flat = xp.reshape(idx, (-1,))
+    c0 = xp.reshape(xp.take(ct, flat, axis=0), idx.shape)
+    s0 = xp.reshape(xp.take(st, flat, axis=0), idx.shape)
+    cos = c0 - (c0 * vers + s0 * sin_u)
+    sin = s0 + (c0 * sin_u - s0 * vers)
+    return sin, cos
+
+
+def _device(x):
+    from .._lib import device_of
+
+    return device_of(x)
+
+
+def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
+    """The sinusoid table ``P + (width,)`` for host double-double frequencies ``hi + lo``.
+
+    ``layout``: ``"interleaved"`` (sin, cos per pair), ``"split"`` ([sin | cos]) or
+    ``"split_cos"`` ([cos | sin]); columns past ``2 * len(hi)`` are zero. ``out``, when
+    given, receives the table (namespaces with mutable arrays only).
+    """
+    device = _device(positions)
+    w_hi, w_lo = frequency_arrays(hi, lo, xp=xp, device=device)
+    s, c = sincos(positions, w_hi, w_lo, xp=xp)
+    s = xp.astype(s, dtype)
+    c = xp.astype(c, dtype)
+    if layout == "interleaved":
+        table = xp.reshape(xp.stack([s, c], axis=-1), s.shape[:-1] + (2 * s.shape[-1],))
+    elif layout == "split":
+        table = xp.concat([s, c], axis=-1)
+    else:
+        table = xp.concat([c, s], axis=-1)
+    pad = width - table.shape[-1]
+    if pad:
+        zeros = xp.zeros(table.shape[:-1] + (pad,), dtype=dtype, device=device)
+        table = xp.concat([table, zeros], axis=-1)
+    if out is not None:
+        out[...] = table
+        return out
+    return table
+
+

@@ -1,0 +1,59 @@
+"""The one place that knows which implementations exist and chooses between them.
+
+Rules (DESIGN.md): choose by namespace, then by capability (dtype, layout, contiguity); any
+condition that fails falls back to the generic ``_xp`` implementation, never to an error.
+``ARRPOS_NO_EXTENSIONS=1`` forces ``_xp`` everywhere. No device copies are ever hidden here: a
+GPU array is never routed through NumPy.
+"""
+from __future__ import annotations
+
+import os
+
+from ._backends import _xp
+from ._lib import backend_name
+
+__all__ = ["compiled_available", "extensions_disabled", "numpy_module", "select"]
+
+_NUMPY_MODULE = None
+_NUMPY_ERROR: str | None = None
+
+
+def extensions_disabled() -> bool:
+    return os.environ.get("ARRPOS_NO_EXTENSIONS", "") not in ("", "0")
+
+
+def numpy_module():
+    """The compiled NumPy adapter, or None (not built, or disabled by ARRPOS_NO_EXTENSIONS)."""
+    global _NUMPY_MODULE, _NUMPY_ERROR
+    if extensions_disabled():
+        return None
+    if _NUMPY_MODULE is None and _NUMPY_ERROR is None:
+        try:
+            from ._backends import _numpy
+
+            _NUMPY_MODULE = _numpy
+        except ImportError as exc:  # the package runs without its extension, only slower
+            _NUMPY_ERROR = str(exc)
+    return _NUMPY_MODULE
+
+
+def compiled_available() -> tuple[bool, str | None]:
+    """Whether the CPU extension imports, and why not when it does not."""
+    mod = numpy_module()
+    return mod is not None, (None if mod is not None else _NUMPY_ERROR or "disabled")
+
+
+def _is_float32_or_64(xp, dtype) -> bool:
+    return dtype == xp.float32 or dtype == xp.float64
+
+
+def select(op: str, xp, *, dtype=None):
+    """The implementation module for ``op`` given the namespace and the output dtype.
+
+    ``op`` names a function that both ``_xp`` and the compiled adapters define.
+    """
+    if backend_name(xp) == "numpy" and dtype is not None and _is_float32_or_64(xp, dtype):
+        mod = numpy_module()
+        if mod is not None and hasattr(mod, op):
+            return mod
+    return _xp

@@ -1,0 +1,48 @@
+"""Namespace, dtype/device and validation helpers shared by the public modules.
+
+This package is the only importer of ``array_api_compat``; everything else asks it.
+"""
+from ._arrays import as_positions, check_device, check_finite_range, output_dtype
+from ._namespace import (
+    array_namespace,
+    backend_name,
+    default_float,
+    device_of,
+    has_float64,
+    is_float_dtype,
+    is_integer_dtype,
+    is_lazy,
+    namespace_for,
+    to_device_of,
+)
+from ._validate import (
+    check_choice,
+    check_dtype_arg,
+    check_positive_int,
+    check_real_array,
+    check_real_scalar,
+    check_even_dim,
+)
+
+__all__ = [
+    "as_positions",
+    "check_device",
+    "check_finite_range",
+    "output_dtype",
+    "array_namespace",
+    "backend_name",
+    "check_choice",
+    "check_dtype_arg",
+    "check_even_dim",
+    "check_positive_int",
+    "check_real_array",
+    "check_real_scalar",
+    "default_float",
+    "device_of",
+    "has_float64",
+    "is_float_dtype",
+    "is_integer_dtype",
+    "is_lazy",
+    "namespace_for",
+    "to_device_of",
+]

@@ -1,0 +1,142 @@
+"""Namespace inference and dtype/device defaults (the one importer of array-api-compat)."""
+from __future__ import annotations
+
+import array_api_compat as _compat
+
+__all__ = [
+    "array_namespace",
+    "backend_name",
+    "default_float",
+    "device_of",
+    "has_float64",
+    "is_float_dtype",
+    "is_integer_dtype",
+    "is_lazy",
+    "namespace_for",
+    "to_device_of",
+]
+
+_NAMESPACE_CACHE: dict[int, object] = {}
+
+
+def _is_array(x) -> bool:
+    return _compat.is_array_api_obj(x) and not isinstance(x, (bool, int, float, complex))
+
+
+def namespace_for(xp):
+    """The array-api-compat namespace that wraps the user-supplied module ``xp``.
+
+    ``numpy``, ``torch``, ``cupy``, ``dask.array`` and the compat wrappers themselves are all
+    accepted; the answer is found from a 0-d array the module makes, so no library is named here.
+    """
+    key = id(xp)
+    ns = _NAMESPACE_CACHE.get(key)
+    if ns is None:
+        asarray = getattr(xp, "asarray", None)
+        if asarray is None:
+            raise TypeError(f"xp must be an array namespace module, got {xp!r}")
+        try:
+            ns = _compat.array_namespace(asarray(0))
+        except TypeError as exc:
+            raise TypeError(f"xp={xp!r} is not a supported array namespace: {exc}") from None
+        _NAMESPACE_CACHE[key] = ns
+    return ns
+
+
+def array_namespace(*arrays, xp=None, name="arrays"):
+    """Namespace of the array arguments (None and Python scalars ignored).
+
+    With no array, ``xp`` if given, else NumPy. A mix of libraries is a TypeError naming ``name``.
+    """
+    found = [a for a in arrays if a is not None and _is_array(a)]
+    if xp is not None:
+        ns = namespace_for(xp)
+        if found:
+            have = _compat.array_namespace(*found)
+            if have is not ns:
+                raise TypeError(
+                    f"xp={getattr(xp, '__name__', xp)!r} does not match the namespace of "
+                    f"{name} ({have.__name__})"
+                )
+        return ns
+    if not found:
+        return namespace_for(_numpy())
+    try:
+        return _compat.array_namespace(*found)
+    except TypeError as exc:
+        kinds = ", ".join(sorted({type(a).__module__ + "." + type(a).__name__ for a in found}))
+        raise TypeError(f"{name} come from different array libraries ({kinds}): {exc}") from None
+
+
+def _numpy():
+    import numpy
+
+    return numpy
+
+
+def device_of(x):
+    return _compat.device(x)
+
+
+def to_device_of(x, like, xp):
+    """``x`` (an array of the same namespace) placed on the device of ``like``; no-op when equal."""
+    dev = _compat.device(like)
+    if _compat.device(x) == dev:
+        return x
+    return _compat.to_device(x, dev)
+
+
+def default_float(xp, device=None):
+    """The namespace's default real floating dtype on ``device``."""
+    info = xp.__array_namespace_info__()
+    return info.default_dtypes(device=device)["real floating"]
+
+
+def has_float64(xp, device=None) -> bool:
+    """Whether float64 arrays exist for ``xp`` on ``device`` (not so for JAX without x64)."""
+    info = xp.__array_namespace_info__()
+    try:
+        return "float64" in info.dtypes(device=device, kind="real floating")
+    except TypeError:  # namespaces whose info.dtypes takes no device
+        return "float64" in info.dtypes(kind="real floating")
+
+
+def is_float_dtype(xp, dtype) -> bool:
+    return xp.isdtype(dtype, "real floating")
+
+
+def is_integer_dtype(xp, dtype) -> bool:
+    return xp.isdtype(dtype, "integral")
+
+
+def is_lazy(x) -> bool:
+    """True for arrays whose values cannot be read cheaply: Dask arrays and JAX tracers.
+
+    array-api-compat calls every JAX array lazy; a concrete one (outside jit) can be read, so
+    value checks still run on it.
+    """
+    if not _compat.is_lazy_array(x):
+        return False
+    if _compat.is_jax_array(x):
+        import sys
+
+        return isinstance(x, sys.modules["jax"].core.Tracer)
+    return True
+
+
+def backend_name(xp) -> str:
+    """Short name of the library behind a compat namespace: numpy, cupy, torch, jax, dask,
+    array_api_strict, or the module name for anything else."""
+    if _compat.is_numpy_namespace(xp):
+        return "numpy"
+    if _compat.is_cupy_namespace(xp):
+        return "cupy"
+    if _compat.is_torch_namespace(xp):
+        return "torch"
+    if _compat.is_jax_namespace(xp):
+        return "jax"
+    if _compat.is_dask_namespace(xp):
+        return "dask"
+    if _compat.is_array_api_strict_namespace(xp):
+        return "array_api_strict"
+    return getattr(xp, "__name__", type(xp).__name__)

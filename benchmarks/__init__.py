@@ -1,0 +1,1 @@
+"""arrpos benchmarks: every figure is a ratio to a baseline timed in the same run."""

@@ -1,0 +1,47 @@
+"""Sinusoid tables: the compiled kernel against memory-bound and user-code baselines."""
+from __future__ import annotations
+
+import numpy as np
+
+from arrpos import _dispatch
+from arrpos._exact import power_frequencies
+
+from ._timing import interleaved
+
+FULL_SIZES = [(8192, 1024), (65536, 512)]
+QUICK_SIZES = [(8192, 1024)]
+
+
+def numpy_formula(n, d, out):
+    """The table as tutorials and model files write it (float32 angles)."""
+    pos = np.arange(n, dtype=np.float32)[:, None]
+    div = np.exp(np.arange(0, d, 2, dtype=np.float32) * np.float32(-np.log(10000.0) / d))
+    out[:, 0::2] = np.sin(pos * div)
+    out[:, 1::2] = np.cos(pos * div)
+
+
+def run(quick=False, rounds=None):
+    impl = _dispatch.numpy_module()
+    if impl is None:
+        return [], "sinusoid: compiled extension unavailable, nothing to compare"
+    rows = []
+    for n, d in (QUICK_SIZES if quick else FULL_SIZES):
+        hi, lo = power_frequencies(d // 2, d, 10000.0)
+        pos = np.arange(n)
+        out = np.empty((n, d), np.float32)
+        ref = np.empty((n, d), np.float32)
+        out.fill(1.0)
+        ref.fill(1.0)
+        t = interleaved(
+            {
+                "kernel": lambda: impl.sinusoid_table(pos, hi, lo, layout="interleaved",
+                                                      dtype=np.float32, width=d, xp=None, out=out),
+                "fill": lambda: out.fill(0.0),
+                "numpy": lambda: numpy_formula(n, d, ref),
+            },
+            rounds=rounds or (5 if quick else 11),
+        )
+        rows.append(("sinusoidal table (interleaved)", f"({n}, {d}) f32", t["kernel"] * 1e3,
+                     f"{t['kernel'] / t['fill']:.2f} x fill",
+                     f"{t['numpy'] / t['kernel']:.1f} x faster than numpy formula"))
+    return rows, None

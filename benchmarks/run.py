@@ -1,0 +1,52 @@
+"""The benchmark runner: ``python -m benchmarks [--quick]`` or ``python benchmarks/run.py``.
+
+Prints one table. Times are medians of interleaved rounds; every claim is the ratio in the
+same row, measured against a baseline timed in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+
+if __package__ in (None, ""):  # run as a script: make the package importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    __package__ = "benchmarks"
+
+from . import bench_sinusoid  # noqa: E402
+from ._timing import format_table  # noqa: E402
+
+SUITES = [bench_sinusoid]
+
+
+def machine() -> str:
+    from arrpos._dispatch import numpy_module
+
+    mod = numpy_module()
+    threads = mod.max_threads() if mod is not None else 0
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"{threads} OpenMP threads, numpy {__import__('numpy').__version__}")
+
+
+def main(argv=None, progress=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
+    args = parser.parse_args(argv)
+    rows, notes = [], []
+    for i, suite in enumerate(SUITES):
+        if progress:
+            progress(i, len(SUITES), suite.__name__.rsplit(".", 1)[-1])
+        got, note = suite.run(quick=args.quick)
+        rows += [(a, b, f"{ms:.3f}", c, d) for a, b, ms, c, d in got]
+        if note:
+            notes.append(note)
+    print(f"machine: {machine()}")
+    print(format_table(rows, ["kernel", "size", "ms", "vs memory baseline", "vs user code"]))
+    for note in notes:
+        print(f"note: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
