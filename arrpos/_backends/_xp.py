@@ -66,19 +66,24 @@ def frequency_arrays(hi, lo, *, xp, device=None):
     )
 
 
-def sincos(positions, w_hi, w_lo=None, *, xp):
+def sincos(positions, w_hi, w_lo=None, *, xp, per_frequency=False):
     """``(sin, cos)`` of ``positions[..., None] * (w_hi + w_lo)``, shape ``P + (F,)``.
+
+    With ``per_frequency=True`` the positions already have the trailing frequency axis
+    (shape ``P + (F,)``, one position per frequency: multimodal RoPE) and are not expanded.
 
     Working precision follows ``w_hi``: float64 (results right to ~1e-15 for |p w| < 5e10)
     or float32 (results right to ~1e-7 for integer positions below 2**31 and float32 positions).
     """
     if w_hi.dtype == xp.float64:
-        return _sincos64(positions, w_hi, w_lo, xp)
-    return _sincos32(positions, w_hi, w_lo, xp)
+        return _sincos64(positions, w_hi, w_lo, xp, per_frequency)
+    return _sincos32(positions, w_hi, w_lo, xp, per_frequency)
 
 
-def _sincos64(positions, w_hi, w_lo, xp):
-    p = xp.astype(positions, xp.float64)[..., None]
+def _sincos64(positions, w_hi, w_lo, xp, per_frequency):
+    p = xp.astype(positions, xp.float64)
+    if not per_frequency:
+        p = p[..., None]
     p1, p2 = _split(p, _SPLIT64)
     w1, w2 = _split(w_hi, _SPLIT64)
     big = p1 * w1  # exact: 26 x 26 significant bits
@@ -129,12 +134,13 @@ def _two_sum(a, b):
     return s, (a - (s - bb)) + (b - bb)
 
 
-def _sincos32(positions, w_hi, w_lo, xp):
+def _sincos32(positions, w_hi, w_lo, xp, per_frequency):
     ppieces = _position_pieces32(positions, xp)
+    if not per_frequency:
+        ppieces = [pp[..., None] for pp in ppieces]
     fpieces, tail = _turn_pieces32(w_hi, w_lo, xp)
     s = e = None
     for pp in ppieces:
-        pp = pp[..., None]
         for fp in fpieces:
             x = pp * fp  # exact
             x = x - xp.round(x)  # exact reduction modulo one turn
@@ -143,7 +149,7 @@ def _sincos32(positions, w_hi, w_lo, xp):
             else:
                 s, err = _two_sum(s, x)
                 e = e + err
-    p_full = sum(ppieces[1:], ppieces[0])[..., None]
+    p_full = sum(ppieces[1:], ppieces[0])
     e = e + p_full * tail
     s = s - xp.round(s)
     j = xp.round(s * float(_TURN_TABLE))
