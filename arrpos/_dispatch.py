@@ -47,10 +47,11 @@ def _is_float32_or_64(xp, dtype) -> bool:
     return dtype == xp.float32 or dtype == xp.float64
 
 
-def select(op: str, xp, *, dtype=None):
+def select(op: str, xp, *, dtype=None, arrays=()):
     """The implementation module for ``op`` given the namespace and the output dtype.
 
-    ``op`` names a function that both ``_xp`` and the compiled adapters define.
+    ``op`` names a function that both ``_xp`` and the compiled adapters define; ``arrays`` are
+    the array arguments (a compiled twin may decline inputs it cannot serve: strides, grads).
     """
     if backend_name(xp) == "numpy" and dtype is not None and _is_float32_or_64(xp, dtype):
         mod = numpy_module()
