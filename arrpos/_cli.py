@@ -1,0 +1,486 @@
+"""The ``arrpos`` command line: ``info``, ``plot``, ``table`` and ``bench``.
+
+Every command has ``--help``. Errors print one line on stderr and exit non-zero (1 for a bad
+value or a failed write, 2 for a bad command line), never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+__all__ = ["main"]
+
+PLOT_KINDS = ("sinusoidal", "similarity", "rope-decay", "alibi", "t5")
+TABLE_KINDS = ("sinusoidal", "rope", "alibi")
+# (name shown, importable module, distribution names to ask for the version; None: look it up)
+_BACKENDS: list[tuple[str, str, tuple[str, ...] | None]] = [
+    ("numpy", "numpy", ("numpy",)),
+    ("array_api_strict", "array_api_strict", ("array-api-strict", "array_api_strict")),
+    ("torch", "torch", ("torch",)),
+    ("jax", "jax", ("jax",)),
+    ("dask", "dask", ("dask",)),
+    ("cupy", "cupy", None),  # cupy-cuda12x, cupy-cuda11x, cupy, ...
+]
+
+
+class CommandError(Exception):
+    """A failure the user can fix; printed as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line instead of usage + message
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _require(*names: str) -> None:
+    import arrpos
+
+    missing = [n for n in names if not hasattr(arrpos, n)]
+    if missing:
+        raise CommandError(
+            f"this version of arrpos ({arrpos.__version__}) does not provide "
+            f"{', '.join('arrpos.' + n for n in missing)} yet"
+        )
+
+
+def _dtype(name: str) -> Any:
+    import numpy as np
+
+    return {"float32": np.float32, "float64": np.float64}[name]
+
+
+# ---------------------------------------------------------------------------------------- info
+
+
+def _version(module: str, dists: tuple[str, ...] | None) -> str | None:
+    """Installed version of ``module`` without importing it; None when it is not installed."""
+    try:
+        if importlib.util.find_spec(module) is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    if dists is None:
+        dists = tuple(importlib.metadata.packages_distributions().get(module, ()))
+    for dist in dists:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "installed (version unknown)"
+
+
+def _extension() -> dict[str, Any]:
+    from . import _dispatch
+
+    info: dict[str, Any] = {"disabled": _dispatch.extensions_disabled()}
+    try:
+        from ._backends import _cpu
+    except ImportError as exc:
+        info.update(built=False, reason=_one_line(exc))
+    else:
+        info.update(built=True, openmp=bool(_cpu.have_openmp()), threads=int(_cpu.max_threads()))
+    return info
+
+
+def _gpu(cupy_version: str | None) -> dict[str, Any]:
+    if cupy_version is None:
+        return {"devices": [], "note": "CuPy not installed"}
+    try:
+        import cupy
+
+        n = int(cupy.cuda.runtime.getDeviceCount())
+        names = []
+        for i in range(n):
+            name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
+            names.append(name.decode() if isinstance(name, bytes) else str(name))
+        runtime = int(cupy.cuda.runtime.runtimeGetVersion())
+        return {"devices": names, "cuda_runtime": f"{runtime // 1000}.{runtime % 1000 // 10}"}
+    except Exception as exc:  # no driver, no device, broken install: report, never crash
+        return {"devices": [], "note": f"CuPy cannot use a GPU: {_one_line(exc)}"}
+
+
+def collect_info() -> dict[str, Any]:
+    """Everything ``arrpos info`` reports, as plain data."""
+    import arrpos
+
+    backends = {name: _version(mod, dists) for name, mod, dists in _BACKENDS}
+    return {
+        "arrpos": arrpos.__version__,
+        "location": str(Path(arrpos.__file__).resolve().parent),
+        "python": f"{platform.python_version()} ({platform.python_implementation()})",
+        "platform": f"{platform.system()} {platform.machine()}",
+        "cpu_count": os.cpu_count(),
+        "extension": _extension(),
+        "ARRPOS_NO_EXTENSIONS": os.environ.get("ARRPOS_NO_EXTENSIONS"),
+        "backends": backends,
+        "gpu": _gpu(backends["cupy"]),
+        "matplotlib": _version("matplotlib", ("matplotlib",)),
+    }
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    info = collect_info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    ext = info["extension"]
+    if ext["built"]:
+        omp = "OpenMP on" if ext["openmp"] else "no OpenMP (single thread)"
+        ext_line = f"built, {omp}, {ext['threads']} thread(s)"
+    else:
+        ext_line = f"not built ({ext['reason']}); the generic Array API code runs everywhere"
+    env = info["ARRPOS_NO_EXTENSIONS"]
+    if ext["disabled"]:
+        env_line = f"{env!r}: compiled kernels disabled, the generic code runs everywhere"
+    else:
+        env_line = "not set" if env is None else f"{env!r} (kernels enabled)"
+        if ext["built"]:
+            env_line += ": NumPy float32/float64 inputs take the compiled kernels"
+    gpu = info["gpu"]
+    if gpu["devices"]:
+        gpu_line = ", ".join(gpu["devices"]) + f" (CUDA runtime {gpu['cuda_runtime']})"
+    else:
+        gpu_line = f"none ({gpu['note']})" if "note" in gpu else "none (CuPy sees no device)"
+    lines = [
+        f"arrpos {info['arrpos']}  ({info['location']})",
+        f"python {info['python']} on {info['platform']}, {info['cpu_count']} CPU cores",
+        f"compiled CPU kernels: {ext_line}",
+        f"ARRPOS_NO_EXTENSIONS: {env_line}",
+        "backends:",
+    ]
+    width = max(len(n) for n in info["backends"])
+    for name, ver in info["backends"].items():
+        lines.append(f"  {name.ljust(width)}  {ver or 'not installed'}")
+    lines.append(f"GPU: {gpu_line}")
+    mpl = info["matplotlib"]
+    lines.append(f"plots: matplotlib {mpl}" if mpl else
+                 'plots: matplotlib not installed (pip install "arrpos[plot]")')
+    print("\n".join(lines))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- plot
+
+
+def _load_npy(path: str, name: str) -> Any:
+    import numpy as np
+
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        raise ValueError(f"{name} {path!r} is not a .npy array file: {_one_line(exc)}") from None
+
+
+def _figure(args: argparse.Namespace) -> Any:
+    try:
+        from . import plot
+    except ImportError as exc:
+        raise CommandError(_one_line(exc)) from None
+    import arrpos
+
+    kind = args.kind
+    if kind == "sinusoidal":
+        pe = arrpos.sinusoidal(args.length, args.dim, base=args.base, layout=args.layout)
+        return plot.table(pe, title=f"sinusoidal encoding ({args.length} x {args.dim}, "
+                                    f"{args.layout}, base {args.base:g})")
+    if kind == "similarity":
+        _require("similarity")
+        if args.table:
+            tab = _load_npy(args.table, "--table")
+        else:
+            tab = arrpos.sinusoidal(args.length, args.dim, base=args.base)
+        return plot.similarity(tab, metric=args.metric)
+    if kind == "rope-decay":
+        _require("rope_frequencies", "rope_cos_sin", "apply_rope")
+        return plot.rope_decay(args.dim, max_distance=args.max_distance, base=args.base)
+    if kind == "alibi":
+        _require("alibi_slopes", "alibi_bias")
+        return plot.alibi(args.heads, length=args.length, mode=args.mode,
+                          max_bias=args.max_bias)
+    if kind == "t5":
+        _require("relative_positions", "t5_bucket", "relative_bias")
+        if args.table:
+            tab = _load_npy(args.table, "--table")
+        else:  # an untrained table: random values per bucket make the bucket pattern visible
+            import numpy as np
+
+            tab = np.random.default_rng(args.seed).normal(size=(args.num_buckets, args.heads))
+        return plot.t5(tab, length=args.length, bidirectional=not args.causal,
+                       num_buckets=args.num_buckets, max_distance=args.max_distance)
+    raise CommandError(f"unknown plot kind {kind!r}")  # argparse prevents this
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    out = Path(args.output)
+    if not out.suffix:
+        raise ValueError(f"-o/--output needs a file extension (.png, .pdf, .svg), got {str(out)!r}")
+    if args.dpi <= 0:
+        raise ValueError(f"--dpi must be > 0, got {args.dpi}")
+    fig = _figure(args)
+    fig.savefig(out, dpi=args.dpi)
+    w, h = fig.get_size_inches() * args.dpi
+    print(f"wrote {out} ({round(w)} x {round(h)} px)")
+    return 0
+
+
+# --------------------------------------------------------------------------------------- table
+
+
+def _check_suffix(path: str, allowed: tuple[str, ...]) -> str:
+    suffix = Path(path).suffix
+    if suffix not in allowed:
+        raise ValueError(f"-o/--output must end in {' or '.join(allowed)}, got {path!r}")
+    return suffix
+
+
+def _cmd_table(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    import arrpos
+
+    dtype = _dtype(args.dtype)
+    kind = args.kind
+    if kind == "sinusoidal":
+        _check_suffix(args.output, (".npy",))
+        arr = arrpos.sinusoidal(args.length, args.dim, base=args.base, layout=args.layout,
+                                dtype=dtype)
+        np.save(args.output, arr)
+        what = f"shape {arr.shape}"
+    elif kind == "rope":
+        suffix = _check_suffix(args.output, (".npz", ".npy"))
+        _require("rope_frequencies", "rope_cos_sin")
+        inv_freq, factor = arrpos.rope_frequencies(args.dim, base=args.base)
+        cos, sin = arrpos.rope_cos_sin(np.arange(args.length), inv_freq, layout=args.layout,
+                                       attention_factor=factor, dtype=dtype)
+        if suffix == ".npz":
+            np.savez(args.output, cos=cos, sin=sin, inv_freq=inv_freq)
+            what = f"cos and sin, each {cos.shape}, and inv_freq {inv_freq.shape}"
+        else:
+            arr = np.stack([cos, sin])
+            np.save(args.output, arr)
+            what = f"shape {arr.shape}: [cos, sin]"
+    elif kind == "alibi":
+        _check_suffix(args.output, (".npy",))
+        _require("alibi_slopes", "alibi_bias")
+        slopes = arrpos.alibi_slopes(args.heads, max_bias=args.max_bias, dtype=dtype)
+        arr = arrpos.alibi_bias(slopes, args.length, args.length, mode=args.mode)
+        np.save(args.output, arr)
+        what = f"shape {arr.shape}"
+    else:  # argparse prevents this
+        raise CommandError(f"unknown table kind {kind!r}")
+    print(f"wrote {args.output} ({what}, {args.dtype})")
+    return 0
+
+
+# --------------------------------------------------------------------------------------- bench
+
+
+def _benchmarks_root() -> Path | None:
+    """The source tree holding ``benchmarks/``: the checkout arrpos runs from, or the CWD."""
+    import arrpos
+
+    for root in (Path(arrpos.__file__).resolve().parent.parent, Path.cwd().resolve()):
+        if (root / "benchmarks" / "run.py").is_file():
+            return root
+    return None
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    root = _benchmarks_root()
+    if root is None:
+        raise CommandError(
+            "the benchmark suite (benchmarks/ in the arrpos source tree) was not found next to "
+            "the installed package or in the current directory; run 'arrpos bench' from a "
+            "checkout of arrpos"
+        )
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    run = importlib.import_module("benchmarks.run")
+    found = Path(run.__file__).resolve().parent.parent
+    if found != root:
+        raise CommandError(f"a different 'benchmarks' package ({found}) shadows {root}/benchmarks")
+    start = time.perf_counter()
+
+    def progress(i: int, n: int, name: str) -> None:
+        print(f"arrpos bench: [{i + 1}/{n}] {name} ({time.perf_counter() - start:.0f} s)",
+              file=sys.stderr, flush=True)
+
+    print(f"arrpos bench: running {root / 'benchmarks'}" + (" (quick)" if args.quick else ""),
+          file=sys.stderr, flush=True)
+    status = int(run.main(["--quick"] if args.quick else [], progress=progress) or 0)
+    print(f"arrpos bench: done in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    return status
+
+
+# -------------------------------------------------------------------------------------- parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _add_output(p: argparse.ArgumentParser, example: str) -> None:
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help=f"file to write (e.g. {example})")
+
+
+def _plot_parsers(sub: Any) -> None:
+    common = _Parser(add_help=False)
+    _add_output(common, "pe.png; .pdf and .svg work too")
+    common.add_argument("--dpi", type=float, default=100.0, help="pixels per inch (default 100)")
+
+    def kind(name: str, help: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, parents=[common], help=help,
+                                                    description=help)
+        p.set_defaults(kind=name)
+        return p
+
+    p = kind("sinusoidal", "heatmap of the sinusoidal table (positions x features)")
+    p.add_argument("--length", type=_positive, default=100, help="positions (default 100)")
+    p.add_argument("--dim", type=_positive, default=64, help="features, even (default 64)")
+    p.add_argument("--base", type=float, default=10000.0, help="wavelength base (default 1e4)")
+    p.add_argument("--layout", choices=("interleaved", "split"), default="interleaved")
+
+    p = kind("similarity", "similarity matrix between the positions of a table")
+    p.add_argument("--length", type=_positive, default=64, help="positions (default 64)")
+    p.add_argument("--dim", type=_positive, default=64, help="features, even (default 64)")
+    p.add_argument("--base", type=float, default=10000.0, help="wavelength base (default 1e4)")
+    p.add_argument("--metric", choices=("dot", "cosine"), default="dot")
+    p.add_argument("--table", metavar="FILE.npy",
+                   help="a (positions, features) table to use instead of a sinusoidal one")
+
+    p = kind("rope-decay", "RoPE long-term decay against relative distance (RoFormer fig. 2)")
+    p.add_argument("--dim", type=_positive, default=128, help="rotary width (default 128)")
+    p.add_argument("--max-distance", type=_positive, default=256,
+                   help="largest relative distance (default 256)")
+    p.add_argument("--base", type=float, default=10000.0, help="rope_theta (default 1e4)")
+
+    p = kind("alibi", "ALiBi bias, one panel per head")
+    p.add_argument("--heads", type=_positive, default=8, help="number of heads (default 8)")
+    p.add_argument("--length", type=_positive, default=32, help="query/key length (default 32)")
+    p.add_argument("--mode", choices=("causal", "symmetric", "key"), default="causal")
+    p.add_argument("--max-bias", type=float, default=8.0, help="slope parameter (default 8)")
+
+    p = kind("t5", "T5 relative bias, one panel per head")
+    p.add_argument("--heads", type=_positive, default=8,
+                   help="heads of the random demo table (default 8)")
+    p.add_argument("--length", type=_positive, default=64, help="query/key length (default 64)")
+    p.add_argument("--num-buckets", type=_positive, default=32, help="buckets (default 32)")
+    p.add_argument("--max-distance", type=_positive, default=128,
+                   help="distance of the last bucket (default 128)")
+    p.add_argument("--causal", action="store_true", help="decoder (unidirectional) buckets")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random demo table")
+    p.add_argument("--table", metavar="FILE.npy",
+                   help="a trained (num_buckets, heads) bias table instead of a random one")
+
+
+def _table_parsers(sub: Any) -> None:
+    common = _Parser(add_help=False)
+    common.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                        help="element type (default float32)")
+
+    def kind(name: str, help: str, example: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, parents=[common], help=help,
+                                                    description=help)
+        _add_output(p, example)
+        p.set_defaults(kind=name)
+        return p
+
+    p = kind("sinusoidal", "sinusoidal table (length, dim) as .npy", "pe.npy")
+    p.add_argument("--length", type=_positive, required=True, help="positions 0 .. length-1")
+    p.add_argument("--dim", type=_positive, required=True, help="features, even")
+    p.add_argument("--base", type=float, default=10000.0, help="wavelength base (default 1e4)")
+    p.add_argument("--layout", choices=("interleaved", "split"), default="interleaved")
+
+    p = kind("rope", "RoPE cos and sin tables: .npz with arrays cos, sin, inv_freq, or .npy "
+                     "with cos and sin stacked (2, length, dim)", "rope.npz")
+    p.add_argument("--length", type=_positive, required=True, help="positions 0 .. length-1")
+    p.add_argument("--dim", type=_positive, required=True, help="rotary width, even")
+    p.add_argument("--base", type=float, default=10000.0, help="rope_theta (default 1e4)")
+    p.add_argument("--layout", choices=("half", "interleaved"), default="half")
+
+    p = kind("alibi", "ALiBi bias (heads, length, length) as .npy", "alibi.npy")
+    p.add_argument("--heads", type=_positive, required=True, help="number of heads")
+    p.add_argument("--length", type=_positive, required=True, help="query and key length")
+    p.add_argument("--mode", choices=("causal", "symmetric", "key"), default="causal")
+    p.add_argument("--max-bias", type=float, default=8.0, help="slope parameter (default 8)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``arrpos`` command."""
+    from . import __version__
+
+    parser = _Parser(
+        prog="arrpos",
+        description="Positional encodings on any array library: inspect the install, draw "
+                    "encodings, write tables, run the benchmarks.",
+        epilog="Run 'arrpos COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"arrpos {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("info", help="version, backends found, compiled kernels, GPU",
+                       description="Report the arrpos version, the array libraries found (without "
+                                   "importing them), the compiled kernels and any GPU.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("plot", help="draw an encoding to an image file",
+                       description="Draw an encoding to an image (PNG, PDF, SVG). Needs "
+                                   'matplotlib: pip install "arrpos[plot]".',
+                       epilog="Example: arrpos plot sinusoidal --length 100 --dim 64 -o pe.png")
+    p.set_defaults(func=_cmd_plot)
+    _plot_parsers(p.add_subparsers(dest="kind", metavar="KIND", required=True))
+
+    p = sub.add_parser("table", help="write a table to .npy / .npz",
+                       description="Compute a table with NumPy and write it with numpy.save "
+                                   "(.npy) or numpy.savez (.npz).",
+                       epilog="Example: arrpos table sinusoidal --length 2048 --dim 512 -o pe.npy")
+    p.set_defaults(func=_cmd_table)
+    _table_parsers(p.add_subparsers(dest="kind", metavar="KIND", required=True))
+
+    p = sub.add_parser("bench", help="run the benchmark suite (a table of ratios)",
+                       description="Run benchmarks/ of an arrpos checkout: every figure is a "
+                                   "ratio to a baseline timed in the same run. Progress goes "
+                                   "to stderr, the table to stdout.")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
+    p.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    prog = f"arrpos {args.command}" + (f" {args.kind}" if getattr(args, "kind", None) else "")
+    try:
+        return func(args)
+    except (CommandError, TypeError, ValueError, OSError) as exc:
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. "arrpos info | head": stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
