@@ -12,7 +12,7 @@ import os
 from ._backends import _xp
 from ._lib import backend_name
 
-__all__ = ["compiled_available", "extensions_disabled", "numpy_module", "select"]
+__all__ = ["compiled_available", "extensions_disabled", "gpu_module", "numpy_module", "select"]
 
 _NUMPY_MODULE = None
 _NUMPY_ERROR: str | None = None
@@ -47,14 +47,35 @@ def _is_float32_or_64(xp, dtype) -> bool:
     return dtype == xp.float32 or dtype == xp.float64
 
 
+def gpu_module(name: str, arrays=()):
+    """The CUDA adapter for CuPy arrays (``_cupy``) or CUDA torch tensors (``_torch_cuda``,
+    through DLPack), or None; imported only when such an array arrives."""
+    if extensions_disabled():
+        return None
+    if name == "cupy":
+        from ._backends import _cupy
+
+        return _cupy
+    if name == "torch" and any(getattr(a, "is_cuda", False) for a in arrays):
+        from ._backends import _torch_cuda
+
+        return _torch_cuda
+    return None
+
+
 def select(op: str, xp, *, dtype=None, arrays=()):
     """The implementation module for ``op`` given the namespace and the output dtype.
 
     ``op`` names a function that both ``_xp`` and the compiled adapters define; ``arrays`` are
     the array arguments (a compiled twin may decline inputs it cannot serve: strides, grads).
     """
-    if backend_name(xp) == "numpy" and dtype is not None and _is_float32_or_64(xp, dtype):
+    name = backend_name(xp)
+    if name == "numpy" and dtype is not None and _is_float32_or_64(xp, dtype):
         mod = numpy_module()
         if mod is not None and hasattr(mod, op):
+            return mod
+    elif name in ("cupy", "torch"):
+        mod = gpu_module(name, arrays)
+        if mod is not None and hasattr(mod, op) and mod.supports(op, dtype, arrays):
             return mod
     return _xp

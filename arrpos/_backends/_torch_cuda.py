@@ -1,0 +1,191 @@
+"""PyTorch CUDA tensors on the CUDA kernels of ``rope.cu``, zero-copy through DLPack.
+
+Same function names and signatures as ``_xp``. ``arrpos._dispatch`` sends a torch call here
+only when every array argument is a CUDA tensor on one device that does not require grad
+(autograd needs the generic code) and CuPy is installed. Each call:
+
+* allocates outputs with torch (torch's caching allocator, on the tensors' device),
+* views every tensor as a CuPy array with ``cupy.from_dlpack`` (no copy),
+* launches on torch's *current* stream, wrapped as a ``cupy.cuda.ExternalStream``, so the
+  kernels are ordered with the surrounding torch work and no synchronisation is added,
+* returns torch tensors.
+
+bfloat16 tensors cannot become CuPy arrays (CuPy has no bfloat16): they are reinterpreted as
+int16 with ``Tensor.view(torch.int16)`` (same bits, same strides, still no copy) and the
+kernel is told that the storage is bfloat16. Small inputs (positions, frequencies, slopes) are
+converted to float64 by torch on the device first.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import sys
+
+import numpy as np
+
+from . import _cupy, _xp
+
+__all__ = ["alibi_bias", "apply_rope", "cupy_available", "rope_cos_sin", "sinusoid_table",
+           "supports"]
+
+_CUPY_FOUND: bool | None = None
+
+
+def cupy_available() -> bool:
+    """Whether CuPy is installed (found without importing it)."""
+    global _CUPY_FOUND
+    if _CUPY_FOUND is None:
+        _CUPY_FOUND = importlib.util.find_spec("cupy") is not None
+    return _CUPY_FOUND
+
+
+def _torch():
+    return sys.modules["torch"]  # a torch tensor is here, so torch is imported
+
+
+def _name(dtype) -> str:
+    return str(dtype).rsplit(".", 1)[-1]  # torch.bfloat16 -> "bfloat16"
+
+
+def supports(op: str, dtype=None, arrays=()) -> bool:
+    """CUDA tensors on one device, none requiring grad, of a dtype the kernel has."""
+    arrs = [a for a in arrays if a is not None]
+    if not arrs or op not in _cupy.KERNEL_DTYPES:
+        return False  # without the arrays, device and autograd are unknown: generic path
+    torch = _torch()
+    for t in arrs:
+        if not isinstance(t, torch.Tensor) or not t.is_cuda or t.requires_grad:
+            return False
+    if len({t.device for t in arrs}) > 1:
+        return False
+    if dtype is None:
+        dtype = arrs[0].dtype
+    if _name(dtype) not in _cupy.KERNEL_DTYPES[op]:
+        return False
+    if op == "apply_rope" and len(arrs) >= 3:
+        x, cos, sin = arrs[:3]
+        if cos.dtype != x.dtype or sin.dtype != x.dtype:
+            return False
+    return cupy_available()
+
+
+@contextlib.contextmanager
+def _on_torch_stream(device):
+    """CuPy's current device and stream set to torch's current ones for ``device``."""
+    cp = _cupy._cp()
+    torch = _torch()
+    ptr = torch.cuda.current_stream(device).cuda_stream
+    with cp.cuda.Device(device.index):
+        try:
+            stream = cp.cuda.ExternalStream(ptr, device.index)
+        except TypeError:  # CuPy < 13: no device_id argument
+            stream = cp.cuda.ExternalStream(ptr)
+        with stream:
+            yield
+
+
+def _as_cupy(t):
+    """A zero-copy CuPy view of a CUDA tensor; bfloat16 as its int16 bits."""
+    torch = _torch()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return _cupy._cp().from_dlpack(t)
+
+
+def _float64_on(t, device, name):
+    torch = _torch()
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, the other inputs on {device}")
+    return t.to(dtype=torch.float64).contiguous()
+
+
+def _mark_written(t) -> None:
+    """Tell autograd that a tensor's memory was written outside torch (in-place semantics)."""
+    bump = getattr(getattr(_torch().autograd, "graph", None), "increment_version", None)
+    if bump is not None:
+        bump(t)
+
+
+def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
+    """Twin of ``_xp.sinusoid_table`` for a CUDA ``positions`` tensor (float32/float64)."""
+    torch = _torch()
+    device = positions.device
+    shape = tuple(positions.shape) + (int(width),)
+    given = out is not None
+    if out is None:
+        out = torch.empty(shape, dtype=dtype, device=device)
+    with _on_torch_stream(device):
+        pos = _float64_on(positions, device, "positions")
+        _cupy.sinusoid_table(_as_cupy(pos), hi, lo, layout=layout, dtype=np.dtype(_name(dtype)),
+                             width=width, xp=None, out=_as_cupy(out))
+    if given:
+        _mark_written(out)
+    return out
+
+
+def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
+    """Twin of ``_xp.rope_cos_sin`` for CUDA tensors; multimodal ``axes`` take ``_xp``."""
+    if axes is not None:
+        return _xp.rope_cos_sin(positions, inv_freq, layout=layout,
+                                attention_factor=attention_factor, axes=axes, dtype=dtype,
+                                xp=xp, out=out)
+    torch = _torch()
+    device = positions.device
+    freq = _float64_on(inv_freq, device, "inv_freq")
+    shape = tuple(positions.shape) + (2 * int(freq.shape[0]),)
+    given = out is not None
+    if out is None:
+        out = (torch.empty(shape, dtype=dtype, device=device),
+               torch.empty(shape, dtype=dtype, device=device))
+    cos, sin = out
+    with _on_torch_stream(device):
+        pos = _float64_on(positions, device, "positions")
+        _cupy.rope_cos_sin(_as_cupy(pos), _as_cupy(freq), layout=layout,
+                           attention_factor=attention_factor, axes=None,
+                           dtype=np.dtype(_name(dtype)), xp=None,
+                           out=(_as_cupy(cos), _as_cupy(sin)))
+    if given:
+        _mark_written(cos)
+        _mark_written(sin)
+    return cos, sin
+
+
+def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope`` for CUDA tensors of one dtype (bfloat16 included)."""
+    torch = _torch()
+    try:
+        lead = tuple(torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1], sin.shape[:-1]))
+    except RuntimeError:
+        raise ValueError(f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)} do not broadcast "
+                         f"against x {tuple(x.shape)}") from None
+    given = out is not None
+    if out is None:
+        out = torch.empty(lead + (x.shape[-1],), dtype=x.dtype, device=x.device)
+    with _on_torch_stream(x.device):
+        try:
+            _cupy._apply_rope(_as_cupy(x), _as_cupy(cos), _as_cupy(sin), layout=layout,
+                              inverse=inverse, out=_as_cupy(out), storage=_name(x.dtype))
+        except _cupy.Unsupported:
+            return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp,
+                                  out=out if given else None)
+    if given:
+        _mark_written(out)
+    return out
+
+
+def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
+    """Twin of ``_xp.alibi_bias`` for a CUDA ``slopes`` tensor (float16/32/64, bfloat16)."""
+    torch = _torch()
+    device = slopes.device
+    if slopes.ndim != 1:
+        raise ValueError(f"slopes must be 1-D (heads,), got shape {tuple(slopes.shape)}")
+    q = _cupy._nonneg_int(query_len, "query_len")
+    k = _cupy._nonneg_int(key_len, "key_len")
+    out = torch.empty((slopes.shape[0], q, k), dtype=dtype, device=device)
+    with _on_torch_stream(device):
+        s64 = _float64_on(slopes, device, "slopes")
+        _cupy._alibi_into(_as_cupy(s64), q, k, mode=mode, query_offset=query_offset,
+                          out=_as_cupy(out), storage=_name(dtype))
+    return out
