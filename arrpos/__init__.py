@@ -5,6 +5,22 @@ the same numbers; NumPy inputs take compiled CPU kernels and CuPy inputs CUDA ke
 those serve better. See ``shared/API.md`` for the contract and the README for a tour.
 """
 from ._absolute import decode_sinusoidal, grid_coords, sinusoidal, sinusoidal_nd, timestep_embedding
+from ._attention import PositionProperties, attention, properties, similarity
+from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_slopes
+from ._conv import conv_positional, conv_positional_2d
+from ._learned import learned_init, lookup, resample
+from ._relative import (
+    deberta_bucket,
+    deberta_scores,
+    rel_shift,
+    relative_bias,
+    relative_positions,
+    shaw_index,
+    shaw_key_scores,
+    shaw_value_term,
+    t5_bucket,
+    transformer_xl_scores,
+)
 
 __version__ = "0.1.0"
 
@@ -15,5 +31,32 @@ __all__ = sorted(
         "sinusoidal",
         "sinusoidal_nd",
         "timestep_embedding",
+        # attention and analysis
+        "PositionProperties",
+        "attention",
+        "properties",
+        "similarity",
+        # alibi
+        "alibi_bias",
+        "alibi_bias_from_mask",
+        "alibi_slopes",
+        # convolutional
+        "conv_positional",
+        "conv_positional_2d",
+        # learned
+        "learned_init",
+        "lookup",
+        "resample",
+        # relative
+        "deberta_bucket",
+        "deberta_scores",
+        "rel_shift",
+        "relative_bias",
+        "relative_positions",
+        "shaw_index",
+        "shaw_key_scores",
+        "shaw_value_term",
+        "t5_bucket",
+        "transformer_xl_scores",
     ]
 )

@@ -204,3 +204,26 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     return table
 
 
+def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
+    """ALiBi bias ``(heads, query_len, key_len)`` for 1-D ``slopes`` (validated by the caller).
+
+    ``d = q_pos - k_pos`` with ``q_pos = i + query_offset``: ``"causal"`` ``-slope * d`` where
+    ``d >= 0`` and 0 elsewhere, ``"symmetric"`` ``-slope * |d|``, ``"key"`` ``slope * k_pos``.
+    Distances are exact integers converted once to ``dtype``; one multiply per element.
+    """
+    dev = _device(slopes)
+    s = xp.reshape(xp.astype(slopes, dtype), (slopes.shape[0], 1, 1))
+    kpos = xp.reshape(xp.arange(key_len, device=dev), (1, key_len))
+    if mode == "key":
+        row = xp.astype(kpos, dtype)
+        return s * xp.broadcast_to(row, (query_len, key_len))
+    qpos = xp.reshape(xp.arange(query_len, device=dev) + query_offset, (query_len, 1))
+    back = kpos - qpos  # -(q_pos - k_pos)
+    if mode == "causal":
+        back = xp.clip(back, max=0)  # keys after the query get 0 (+0.0, not -0.0)
+    else:
+        back = -xp.abs(back)
+    return s * xp.astype(back, dtype)
+
+
+__all__ += ["alibi_bias"]

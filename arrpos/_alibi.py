@@ -1,0 +1,224 @@
+"""ALiBi (Press et al., 2022): per-head linear attention biases, and BLOOM's left-padding form."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _dispatch
+from ._lib import (
+    array_namespace,
+    check_choice,
+    check_dtype_arg,
+    check_positive_int,
+    check_real_array,
+    check_real_scalar,
+    default_float,
+    device_of,
+    has_float64,
+)
+
+__all__ = ["alibi_bias", "alibi_bias_from_mask", "alibi_slopes"]
+
+_MODES = ("causal", "symmetric", "key")
+
+
+def _host_slopes(n, max_bias):
+    """Press et al.'s rule in float64: powers of two get ``2**(-max_bias k / n)``; otherwise
+    the slopes of the lower power of two ``c`` then every other slope of ``2c``."""
+    c = 2 ** int(math.floor(math.log2(n)))
+    slopes = [2.0 ** (-max_bias * k / c) for k in range(1, c + 1)]
+    slopes += [2.0 ** (-max_bias * k / (2 * c)) for k in range(1, 2 * c + 1, 2)][: n - c]
+    return np.array(slopes, dtype=np.float64)
+
+
+def alibi_slopes(num_heads, /, *, max_bias=8.0, dtype=None, device=None, xp=None):
+    """ALiBi head slopes for any number of heads (Press et al.; BLOOM's ``build_alibi_tensor``).
+
+    For a power of two ``n``: ``2 ** (-max_bias * k / n)``, ``k = 1 .. n``. Otherwise, with
+    ``c`` the largest power of two below ``n``: the ``c`` slopes of ``c`` heads followed by
+    the odd-numbered slopes (``k = 1, 3, 5, ...``) of ``2c`` heads, ``n - c`` of them.
+
+    Parameters
+    ----------
+    num_heads : int
+        Number of attention heads (>= 1).
+    max_bias : float, optional
+        The exponent scale (8 in the paper and BLOOM).
+    dtype : dtype, optional
+        Real floating dtype (default: the namespace's default float).
+    device : device, optional
+        Where to create the slopes.
+    xp : namespace, optional
+        Array namespace (default NumPy).
+
+    Returns
+    -------
+    array
+        Shape ``(num_heads,)``, decreasing within each of the two groups.
+
+    Raises
+    ------
+    TypeError
+        ``num_heads`` not an int, ``max_bias`` not real, ``dtype`` not real floating.
+    ValueError
+        ``num_heads < 1`` or ``max_bias <= 0``.
+
+    Notes
+    -----
+    Computed in float64 on the host and rounded once to ``dtype`` (BLOOM raises a float32 base
+    to integer powers, which agrees to within a few float32 ulps).
+    Backend support: host computation, then one transfer, for every namespace.
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> arrpos.alibi_slopes(4).tolist()
+    [0.25, 0.0625, 0.015625, 0.00390625]
+    >>> [round(s, 4) for s in arrpos.alibi_slopes(6).tolist()]
+    [0.25, 0.0625, 0.0156, 0.0039, 0.5, 0.125]
+    """
+    xp = array_namespace(xp=xp)
+    num_heads = check_positive_int(num_heads, "num_heads")
+    max_bias = check_real_scalar(max_bias, "max_bias", positive=True)
+    check_dtype_arg(xp, dtype, device=device)
+    if dtype is None:
+        dtype = default_float(xp, device)
+    elif dtype == getattr(xp, "float64", None) and not has_float64(xp, device):
+        raise TypeError(f"dtype=float64 is not available on this device ({xp.__name__})")
+    host = _host_slopes(num_heads, max_bias)
+    return xp.asarray(host.astype(np.float64 if dtype == getattr(xp, "float64", None)
+                                  else np.float32), dtype=dtype, device=device)
+
+
+def _check_slopes(xp, slopes):
+    if not (hasattr(slopes, "shape") and hasattr(slopes, "dtype")):
+        raise TypeError(f"slopes must be an array, got {type(slopes).__name__}")
+    check_real_array(xp, slopes, "slopes", integer_ok=False)
+    if slopes.ndim != 1:
+        raise ValueError(f"slopes must have shape (heads,), got {tuple(slopes.shape)}")
+
+
+def alibi_bias(slopes, query_len, key_len, /, *, mode="causal", query_offset=None):
+    """The ALiBi attention bias ``(heads, query_len, key_len)``.
+
+    Queries sit at ``q_pos = i + query_offset`` and keys at ``k_pos = j``.
+
+    * ``"causal"``: ``-slope * (q_pos - k_pos)`` where ``k_pos <= q_pos``, 0 elsewhere (mask
+      the future yourself);
+    * ``"symmetric"``: ``-slope * |q_pos - k_pos|`` (bidirectional encoders);
+    * ``"key"``: ``slope * k_pos``, BLOOM's and the reference code's form: it differs from
+      ``"causal"`` by a constant per row, so the softmax is the same.
+
+    Parameters
+    ----------
+    slopes : array
+        Floating ``(heads,)``, e.g. from :func:`alibi_slopes`.
+    query_len, key_len : int
+        Numbers of queries and keys (>= 0).
+    mode : {"causal", "symmetric", "key"}, optional
+        The form of the bias (see above).
+    query_offset : int, optional
+        Position of the first query; default ``key_len - query_len`` (the queries are the last
+        positions, as when decoding with a cache).
+
+    Returns
+    -------
+    array
+        ``(heads, query_len, key_len)`` in the dtype, namespace and device of ``slopes``.
+
+    Raises
+    ------
+    TypeError
+        ``slopes`` not a floating array; non-int lengths or offset.
+    ValueError
+        ``slopes`` not 1-D, negative lengths, unknown ``mode``.
+
+    Notes
+    -----
+    Backend support: the generic Array API kernel (``arrpos._backends._xp.alibi_bias``) on every
+    namespace; the dispatcher may route CuPy inputs to a CUDA twin with the same signature.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> s = np.array([0.5, 0.25])
+    >>> arrpos.alibi_bias(s, 3, 3)[0].tolist()
+    [[0.0, 0.0, 0.0], [-0.5, 0.0, 0.0], [-1.0, -0.5, 0.0]]
+    >>> arrpos.alibi_bias(s, 1, 4, mode="key")[1].tolist()
+    [[0.0, 0.25, 0.5, 0.75]]
+    """
+    xp = array_namespace(slopes, name="slopes")
+    _check_slopes(xp, slopes)
+    query_len = check_positive_int(query_len, "query_len", minimum=0)
+    key_len = check_positive_int(key_len, "key_len", minimum=0)
+    mode = check_choice(mode, "mode", _MODES)
+    if query_offset is None:
+        query_offset = key_len - query_len
+    query_offset = check_positive_int(query_offset, "query_offset", minimum=-(2**62))
+    dtype = slopes.dtype
+    impl = _dispatch.select("alibi_bias", xp, dtype=dtype, arrays=(slopes,))
+    return impl.alibi_bias(slopes, query_len, key_len, mode=mode, query_offset=query_offset,
+                           dtype=dtype, xp=xp)
+
+
+def alibi_bias_from_mask(slopes, attention_mask, /):
+    """BLOOM's left-padding aware ALiBi bias (``build_alibi_tensor``).
+
+    Key positions count only real tokens: ``pos = (cumsum(mask) - 1) * mask``, so a left-padded
+    sequence gets the same bias on its real tokens as the unpadded one; padded keys get 0 (mask
+    them). The bias is ``slope * pos`` (the ``"key"`` form of :func:`alibi_bias`).
+
+    Parameters
+    ----------
+    slopes : array
+        Floating ``(heads,)``.
+    attention_mask : array
+        ``(batch, key_len)``: bool, or integers 0/1 (1 = real token).
+
+    Returns
+    -------
+    array
+        ``(batch, heads, 1, key_len)`` in ``slopes``' dtype; it broadcasts over the queries.
+
+    Raises
+    ------
+    TypeError
+        ``slopes`` not floating; ``attention_mask`` not bool or integer.
+    ValueError
+        ``slopes`` not 1-D, ``attention_mask`` not 2-D, (eager) mask values other than 0/1.
+
+    Notes
+    -----
+    BLOOM reshapes the result to ``(batch * heads, 1, key_len)``; reshape it yourself if needed.
+    Backend support: generic Array API code on every namespace.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> mask = np.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    >>> arrpos.alibi_bias_from_mask(np.array([0.5]), mask)[:, 0, 0].tolist()
+    [[0.0, 0.0, 0.0, 0.5, 1.0], [0.0, 0.5, 1.0, 1.5, 2.0]]
+    """
+    from ._lib import is_lazy
+
+    xp = array_namespace(slopes, attention_mask, name="slopes and attention_mask")
+    _check_slopes(xp, slopes)
+    m = attention_mask
+    if not (hasattr(m, "shape") and hasattr(m, "dtype")):
+        raise TypeError(f"attention_mask must be an array, got {type(m).__name__}")
+    if not (xp.isdtype(m.dtype, "bool") or xp.isdtype(m.dtype, "integral")):
+        raise TypeError(f"attention_mask must be a bool or integer array, got dtype {m.dtype}")
+    if m.ndim != 2:
+        raise ValueError(f"attention_mask must have shape (batch, key_len), got {tuple(m.shape)}")
+    if not xp.isdtype(m.dtype, "bool"):
+        if not is_lazy(m) and m.size and not bool(xp.all((m == 0) | (m == 1))):
+            raise ValueError("attention_mask must hold only 0 and 1")
+        m = m != 0
+    int_dtype = xp.__array_namespace_info__().default_dtypes(device=device_of(m))["integral"]
+    ones = xp.astype(m, int_dtype)
+    pos = (xp.cumulative_sum(ones, axis=-1) - 1) * ones
+    pos = xp.astype(pos, slopes.dtype)
+    b, k = m.shape
+    return (xp.reshape(slopes, (1, slopes.shape[0], 1, 1))
+            * xp.reshape(pos, (b, 1, 1, k)))

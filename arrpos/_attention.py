@@ -1,0 +1,315 @@
+"""Reference attention with position terms, and the analysis of position tables.
+
+``properties`` measures the three properties of a position encoding from the lecture notes
+(after Wang et al., 2021, "On position embeddings in BERT") on a proximity matrix
+``phi(x, y)`` between positions: monotonicity (``m > n  <=>  phi(x, x+m) < phi(x, x+n)``),
+translation invariance (``phi(x1, x1+m) = phi(x2, x2+m)``) and symmetry
+(``phi(x, y) = phi(y, x)``).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from ._lib import array_namespace, check_choice, check_real_scalar, device_of
+from ._relative import _float_array, shaw_key_scores, shaw_value_term
+
+__all__ = ["PositionProperties", "attention", "properties", "similarity"]
+
+
+def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, relative=None,
+              return_weights=False):
+    """Reference softmax attention over ``(..., seq, dim)`` with position terms.
+
+    ``softmax(scale * (q k^T + key_term) + bias, masked) @ v + value_term``, computed stably
+    (the row maximum is subtracted before ``exp``).
+
+    Parameters
+    ----------
+    q, k, v : array
+        Floating ``(..., q, d)``, ``(..., k, d)``, ``(..., k, dv)``.
+    bias : array, optional
+        Additive bias broadcastable to ``(..., q, k)``, added after scaling: ALiBi, T5's
+        relative bias, ``-inf`` for masked keys.
+    mask : array, optional
+        Boolean, broadcastable to ``(..., q, k)``; ``True`` where a query may attend (torch's
+        ``scaled_dot_product_attention`` convention).
+    causal : bool, optional
+        Query ``i`` sees keys ``j <= i + (k - q)`` (the queries are the last positions, as
+        with a cache).
+    scale : float, optional
+        Default ``1 / sqrt(d)``.
+    relative : tuple, optional
+        Shaw et al.'s relative representations ``(key_table, value_table, index)``:
+        ``key_table`` ``(rows, d)`` enters the scores through :func:`shaw_key_scores` (before
+        scaling, as in the paper), ``value_table`` ``(rows, dv)`` the output through
+        :func:`shaw_value_term`; either table may be ``None``; ``index`` is ``(q, k)``.
+    return_weights : bool, optional
+        Also return the attention weights ``(..., q, k)``.
+
+    Returns
+    -------
+    array or tuple
+        ``(..., q, dv)``; with ``return_weights``, ``(output, weights)``. A query that may
+        attend to no key gets zero weights and a zero output (not NaN).
+
+    Raises
+    ------
+    TypeError
+        Non-floating ``q``/``k``/``v``/``bias``, a non-bool ``mask`` or ``causal``, a
+        ``relative`` that is not a 3-tuple.
+    ValueError
+        Mismatched shapes, ``scale <= 0``.
+
+    Notes
+    -----
+    Backend support: generic Array API code on every namespace; gradients flow.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> q = np.zeros((1, 3, 4)); k = np.zeros((1, 3, 4)); v = np.eye(3)[None]
+    >>> arrpos.attention(q, k, v, causal=True)[0].round(3).tolist()
+    [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.333, 0.333, 0.333]]
+    >>> slopes = arrpos.alibi_slopes(1)
+    >>> out = arrpos.attention(q, k, v, bias=arrpos.alibi_bias(slopes, 3, 3), causal=True)
+    >>> out.shape
+    (1, 3, 3)
+    """
+    xp = array_namespace(q, k, v, bias, mask, name="q, k, v, bias and mask")
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        _float_array(xp, a, name, ndim_min=2)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the feature size, got {q.shape} and {k.shape}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same number of rows, got {k.shape} and {v.shape}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if not isinstance(return_weights, bool):
+        raise TypeError(f"return_weights must be a bool, got {type(return_weights).__name__}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    else:
+        scale = check_real_scalar(scale, "scale", positive=True)
+    qn, kn = q.shape[-2], k.shape[-2]
+    key_table = value_table = index = None
+    if relative is not None:
+        if not isinstance(relative, tuple) or len(relative) != 3:
+            raise TypeError(
+                "relative must be a tuple (key_table, value_table, index), got "
+                f"{type(relative).__name__}"
+            )
+        key_table, value_table, index = relative
+
+    scores = xp.matmul(q, xp.matrix_transpose(k))
+    if key_table is not None:
+        scores = scores + shaw_key_scores(q, key_table, index)
+    scores = scores * scale
+    if bias is not None:
+        _float_array(xp, bias, "bias")
+        scores = scores + xp.astype(bias, scores.dtype)
+    allowed = None
+    if mask is not None:
+        if not (hasattr(mask, "dtype") and xp.isdtype(mask.dtype, "bool")):
+            raise TypeError(f"mask must be a boolean array, got {getattr(mask, 'dtype', mask)!r}")
+        allowed = mask
+    if causal:
+        dev = device_of(q)
+        i = xp.reshape(xp.arange(qn, device=dev), (qn, 1))
+        j = xp.reshape(xp.arange(kn, device=dev), (1, kn))
+        c = j <= i + (kn - qn)
+        allowed = c if allowed is None else xp.logical_and(allowed, c)
+    try:
+        if allowed is not None:
+            allowed = xp.broadcast_to(allowed, scores.shape)
+    except (ValueError, RuntimeError) as exc:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores "
+            f"{tuple(scores.shape)}: {exc}"
+        ) from None
+    neg_inf = xp.full_like(scores, -math.inf)
+    if allowed is not None:
+        scores = xp.where(allowed, scores, neg_inf)
+    top = xp.max(scores, axis=-1, keepdims=True)
+    top = xp.where(xp.isfinite(top), top, xp.zeros_like(top))  # fully masked rows
+    e = xp.exp(scores - top)
+    denom = xp.sum(e, axis=-1, keepdims=True)
+    weights = e / xp.where(denom > 0, denom, xp.ones_like(denom))
+    out = xp.matmul(weights, xp.astype(v, weights.dtype))
+    if value_table is not None:
+        if index is None:
+            raise ValueError("relative needs an index for the value table")
+        out = out + shaw_value_term(weights, value_table, index)
+    return (out, weights) if return_weights else out
+
+
+def similarity(table, /, *, metric="dot"):
+    """Proximity of every pair of rows of a position table.
+
+    Parameters
+    ----------
+    table : array
+        Floating ``(..., L, dim)``.
+    metric : {"dot", "cosine"}, optional
+        Dot product, or cosine similarity (rows of zero norm give 0).
+
+    Returns
+    -------
+    array
+        ``(..., L, L)``, symmetric.
+
+    Raises
+    ------
+    TypeError
+        ``table`` not floating.
+    ValueError
+        Fewer than two axes, unknown ``metric``.
+
+    Notes
+    -----
+    Backend support: generic Array API code on every namespace.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> arrpos.similarity(np.array([[1.0, 0.0], [3.0, 4.0]]), metric="cosine").tolist()
+    [[1.0, 0.6], [0.6, 1.0]]
+    """
+    xp = array_namespace(table, name="table")
+    _float_array(xp, table, "table", ndim_min=2)
+    metric = check_choice(metric, "metric", ("dot", "cosine"))
+    if metric == "cosine":
+        norm = xp.sqrt(xp.sum(table * table, axis=-1, keepdims=True))
+        table = table / xp.where(norm > 0, norm, xp.ones_like(norm))
+    return xp.matmul(table, xp.matrix_transpose(table))
+
+
+class PositionProperties(NamedTuple):
+    """The three properties of a position encoding, each a float (1 = holds perfectly)."""
+
+    monotonicity: float
+    translation_invariance: float
+    symmetry: float
+
+
+def _skew(xp, s):
+    """``(L, 2L-1)``: ``out[x, L-1 + x - y] = s[x, y]``, zeros elsewhere (diagonals as columns)."""
+    n = s.shape[-1]
+    flipped = xp.flip(s, axis=-1)
+    padded = xp.concat([flipped, xp.zeros_like(s)], axis=-1)  # (L, 2L)
+    flat = xp.reshape(padded, (2 * n * n,))[: n * (2 * n - 1)]
+    return xp.reshape(flat, (n, 2 * n - 1))
+
+
+def properties(table, /, *, metric="dot"):
+    """Monotonicity, translation invariance and symmetry of a position encoding.
+
+    The proximity ``phi`` is ``similarity(table, metric=metric)``, or ``table`` itself with
+    ``metric="precomputed"`` (an ``(L, L)`` matrix such as one head of a relative bias).
+
+    * **monotonicity**: for every anchor ``x`` and direction, the Spearman rank correlation
+      between the distance ``m = 1 .. M`` (``M = max(2, L // 2)``) and ``phi(x, x +- m)``,
+      negated and averaged over the anchors with ``M`` neighbours on that side: 1 when
+      proximity always falls with distance, about 0 when unrelated (ties ranked in order).
+    * **translation invariance**: the share of the variance of ``phi(x, y)`` (``x != y``)
+      explained by the offset ``y - x``: ``1 - sum_offsets sum (phi - mean_offset)^2 /
+      sum (phi - mean)^2``; 1 for a Toeplitz ``phi``, near 0 for unrelated values.
+    * **symmetry**: the correlation of ``phi(x, y)`` with ``phi(y, x)`` over ``x != y``:
+      1 symmetric, -1 antisymmetric (always 1 for the dot and cosine metrics).
+
+    A ``phi`` constant over the pairs counts as translation invariant and symmetric.
+
+    Parameters
+    ----------
+    table : array
+        Floating ``(L, dim)`` (or ``(L, L)`` with ``metric="precomputed"``), ``L >= 3``.
+    metric : {"dot", "cosine", "precomputed"}, optional
+        How ``phi`` is formed.
+
+    Returns
+    -------
+    PositionProperties
+        A named tuple of three Python floats.
+
+    Raises
+    ------
+    TypeError
+        ``table`` not floating.
+    ValueError
+        Not 2-D, fewer than 3 positions, a precomputed matrix that is not square, unknown
+        ``metric``.
+
+    Notes
+    -----
+    The values are read back (Dask arrays are computed). Backend support: generic Array API
+    code on every namespace.
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> p = arrpos.properties(arrpos.sinusoidal(64, 128))
+    >>> round(p.translation_invariance, 6), round(p.symmetry, 6), p.monotonicity > 0.9
+    (1.0, 1.0, True)
+    """
+    xp = array_namespace(table, name="table")
+    _float_array(xp, table, "table", ndim_min=2)
+    metric = check_choice(metric, "metric", ("dot", "cosine", "precomputed"))
+    if table.ndim != 2:
+        raise ValueError(f"table must be 2-D, got shape {tuple(table.shape)}")
+    if metric == "precomputed":
+        if table.shape[0] != table.shape[1]:
+            raise ValueError(
+                f"table must be a square (L, L) proximity matrix with metric='precomputed', "
+                f"got shape {tuple(table.shape)}"
+            )
+        phi = table
+    else:
+        phi = similarity(table, metric=metric)
+    n = phi.shape[0]
+    if n < 3:
+        raise ValueError(f"table must have at least 3 positions, got {n}")
+    dev = device_of(phi)
+    off = xp.logical_not(xp.eye(n, dtype=xp.bool, device=dev))
+    zero = xp.zeros_like(phi)
+    count = n * (n - 1)
+    mean = xp.sum(xp.where(off, phi, zero)) / count
+    cen = xp.where(off, phi - mean, zero)
+    total = xp.sum(cen * cen)
+
+    # translation invariance: group the pairs by offset (columns of the skewed matrix)
+    sk = _skew(xp, cen)  # zero-padded, diagonal (offset 0) entries already zero
+    offsets = xp.arange(2 * n - 1, device=dev) - (n - 1)
+    counts = xp.astype(n - xp.abs(offsets), phi.dtype)
+    gsum = xp.sum(sk, axis=0)
+    between = xp.sum(xp.where(offsets != 0, gsum * gsum / counts, xp.zeros_like(gsum)))
+    within = total - between
+
+    # symmetry: correlation with the transpose
+    cross = xp.sum(cen * xp.matrix_transpose(cen))
+
+    # monotonicity: Spearman along each row, forward and backward
+    m = max(2, n // 2)
+    rhos = []
+    for direction in (1, -1):
+        anchors = n - m
+        x = xp.reshape(xp.arange(anchors, device=dev), (anchors, 1))
+        if direction < 0:
+            x = x + m
+        steps = xp.reshape(xp.arange(1, m + 1, device=dev), (1, m))
+        cols = x + direction * steps
+        flat = xp.reshape(x * n + cols, (anchors * m,))
+        prox = xp.reshape(xp.take(xp.reshape(phi, (n * n,)), flat), (anchors, m))
+        ranks = xp.argsort(xp.argsort(-prox, axis=1, stable=True), axis=1, stable=True)
+        d = xp.astype(ranks, phi.dtype) - xp.astype(steps - 1, phi.dtype)
+        rho = 1.0 - 6.0 * xp.sum(d * d, axis=1) / (m * (m * m - 1))
+        rhos.append(rho)
+    mono = xp.mean(xp.concat(rhos))
+
+    total_f = float(total)
+    scale = max(abs(float(mean)), 1.0) ** 2 * count * 1e-24
+    if total_f <= scale:  # constant phi
+        ti, sym = 1.0, 1.0
+    else:
+        ti = 1.0 - float(within) / total_f
+        sym = float(cross) / total_f
+    return PositionProperties(float(mono), ti, sym)

@@ -1,0 +1,331 @@
+"""Learned absolute tables: initialisation, lookup and resampling to a new length or grid.
+
+Resampling equals ``torch.nn.functional.interpolate`` (``linear`` / ``bilinear`` / ``bicubic``,
+``align_corners=False``, no antialias). It is written as separable interpolation matrices, built
+once on the host in float64 and applied with ``matmul``: the same numbers on every backend, and
+gradients flow into the table on autograd backends.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ._lib import (
+    array_namespace,
+    check_choice,
+    check_dtype_arg,
+    check_positive_int,
+    check_real_array,
+    check_real_scalar,
+    default_float,
+    device_of,
+    has_float64,
+    is_lazy,
+)
+
+__all__ = ["learned_init", "lookup", "resample"]
+
+_METHODS_INIT = ("normal", "trunc_normal", "sinusoidal", "zeros")
+_METHODS_RESAMPLE = ("linear", "cubic")
+_CUBIC_A = -0.75  # torch's (and OpenCV's) bicubic coefficient
+
+
+def learned_init(num_positions, dim, /, *, method="normal", std=0.02, seed=None, dtype=None,
+                 device=None, xp=None):
+    """A new learned position table ``(num_positions, dim)``.
+
+    Parameters
+    ----------
+    num_positions, dim : int
+        Rows and features (>= 1).
+    method : {"normal", "trunc_normal", "sinusoidal", "zeros"}, optional
+        ``"normal"``: N(0, std^2) (BERT, GPT-2); ``"trunc_normal"``: N(0, std^2) cut at
+        ``2 std`` by redrawing (ViT / timm); ``"sinusoidal"``: the fixed interleaved table
+        (``dim`` even); ``"zeros"``.
+    std : float, optional
+        Standard deviation of the random methods (> 0).
+    seed : int, optional
+        Seed of NumPy's ``default_rng``: the same seed gives the same table on every backend
+        and device. ``None`` draws fresh entropy.
+    dtype : dtype, optional
+        Real floating dtype (default: the namespace's default float).
+    device, xp : optional
+        Device and namespace of the table (default NumPy).
+
+    Returns
+    -------
+    array
+        ``(num_positions, dim)``.
+
+    Raises
+    ------
+    TypeError
+        Non-int sizes or seed, ``std`` not real, ``dtype`` not real floating.
+    ValueError
+        Sizes < 1, unknown ``method``, ``std <= 0``, a negative seed, an odd ``dim`` with
+        ``"sinusoidal"``.
+
+    Notes
+    -----
+    The random numbers are drawn on the host (float64) and transferred once, so the table does
+    not depend on the library's own generator.
+    Backend support: host generation, then one transfer, for every namespace.
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> t = arrpos.learned_init(4, 3, seed=0)
+    >>> t.shape, float(abs(t).max()) < 0.1
+    ((4, 3), True)
+    >>> bool((arrpos.learned_init(4, 3, seed=0) == t).all())
+    True
+    """
+    xp = array_namespace(xp=xp)
+    num_positions = check_positive_int(num_positions, "num_positions")
+    dim = check_positive_int(dim, "dim")
+    method = check_choice(method, "method", _METHODS_INIT)
+    std = check_real_scalar(std, "std", positive=True)
+    if seed is not None:
+        seed = check_positive_int(seed, "seed", minimum=0)
+    check_dtype_arg(xp, dtype, device=device)
+    if dtype is None:
+        dtype = default_float(xp, device)
+    elif dtype == getattr(xp, "float64", None) and not has_float64(xp, device):
+        raise TypeError(f"dtype=float64 is not available on this device ({xp.__name__})")
+    if method == "zeros":
+        return xp.zeros((num_positions, dim), dtype=dtype, device=device)
+    if method == "sinusoidal":
+        if dim % 2:
+            raise ValueError(f"dim must be even for method='sinusoidal', got {dim}")
+        from ._absolute import sinusoidal
+
+        return sinusoidal(num_positions, dim, dtype=dtype, device=device, xp=xp)
+    rng = np.random.default_rng(seed)
+    host = rng.standard_normal((num_positions, dim))
+    if method == "trunc_normal":
+        bad = np.abs(host) > 2.0
+        while bad.any():  # redraw the tails: deterministic for a given seed
+            host[bad] = rng.standard_normal(int(bad.sum()))
+            bad = np.abs(host) > 2.0
+    host = host * std
+    return xp.asarray(host.astype(np.float64 if dtype == getattr(xp, "float64", None)
+                                  else np.float32), dtype=dtype, device=device)
+
+
+def _check_table(xp, table, name="table"):
+    if not (hasattr(table, "shape") and hasattr(table, "dtype")):
+        raise TypeError(f"{name} must be an array, got {type(table).__name__}")
+    check_real_array(xp, table, name, integer_ok=False)
+    if table.ndim < 2:
+        raise ValueError(f"{name} must have shape (..., rows, dim), got {tuple(table.shape)}")
+
+
+def lookup(table, positions, /):
+    """Rows of a learned table at the given positions.
+
+    Parameters
+    ----------
+    table : array
+        Floating ``(num_positions, dim)``.
+    positions : array
+        Integer positions of any shape ``P``, in ``[0, num_positions)``.
+
+    Returns
+    -------
+    array
+        ``P + (dim,)``; gradients flow into ``table`` on autograd backends.
+
+    Raises
+    ------
+    TypeError
+        ``table`` not floating or ``positions`` not an integer array.
+    ValueError
+        ``table`` not 2-D; (eager arrays) a position outside ``[0, num_positions)``.
+
+    Notes
+    -----
+    Lazy arrays (Dask, JAX under ``jit``) are not read, so their range is not checked here
+    (JAX clamps out-of-range indices; Dask raises on compute).
+    Backend support: generic Array API code (one ``take``) on every namespace.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> t = np.arange(8.0).reshape(4, 2)
+    >>> arrpos.lookup(t, np.array([[3, 0]])).tolist()
+    [[[6.0, 7.0], [0.0, 1.0]]]
+    """
+    xp = array_namespace(table, positions, name="table and positions")
+    _check_table(xp, table)
+    if table.ndim != 2:
+        raise ValueError(f"table must have shape (num_positions, dim), got {tuple(table.shape)}")
+    if not (hasattr(positions, "shape") and hasattr(positions, "dtype")):
+        raise TypeError(f"positions must be an integer array, got {type(positions).__name__}")
+    check_real_array(xp, positions, "positions", float_ok=False)
+    n = table.shape[0]
+    if not is_lazy(positions) and positions.size:
+        lo, hi = int(xp.min(positions)), int(xp.max(positions))
+        if lo < 0 or hi >= n:
+            raise ValueError(
+                f"positions must lie in [0, {n}) for a table of {n} rows, got values in "
+                f"[{lo}, {hi}]"
+            )
+    shape = tuple(positions.shape)
+    rows = xp.take(table, xp.reshape(positions, (-1,)), axis=0)
+    return xp.reshape(rows, shape + (table.shape[1],))
+
+
+def _weights_1d(n_in, n_out, method):
+    """Interpolation matrix ``(n_out, n_in)`` of torch's ``align_corners=False`` resampling."""
+    m = np.zeros((n_out, n_in), dtype=np.float64)
+    scale = n_in / n_out
+    i = np.arange(n_out, dtype=np.float64)
+    src = (i + 0.5) * scale - 0.5
+    rows = np.arange(n_out)
+    if method == "linear":
+        src = np.maximum(src, 0.0)  # torch clamps negative sources for linear modes
+        i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        lam = src - i0
+        np.add.at(m, (rows, i0), 1.0 - lam)
+        np.add.at(m, (rows, i1), lam)
+        return m
+    a = _CUBIC_A
+    i0 = np.floor(src).astype(np.int64)
+    t = src - i0
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    for k, w in ((-1, far(t + 1)), (0, near(t)), (1, near(1 - t)), (2, far(2 - t))):
+        np.add.at(m, (rows, np.clip(i0 + k, 0, n_in - 1)), w)  # border taps clamp
+    return m
+
+
+def _apply_axis(xp, grid, mat, axis):
+    """Contract ``mat (n_out, n_in)`` with axis ``axis`` (negative, of ``grid``)."""
+    nd = grid.ndim
+    ax = nd + axis
+    perm = [d for d in range(nd) if d != ax] + [ax]
+    moved = xp.permute_dims(grid, tuple(perm))
+    out = xp.matmul(moved, xp.matrix_transpose(mat))  # (..., n_out) on the last axis
+    inv = [0] * nd
+    for pos, d in enumerate(perm):
+        inv[d] = pos
+    return xp.permute_dims(out, tuple(inv))
+
+
+def _size_tuple(size, name):
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        return (check_positive_int(size, name),), True
+    try:
+        sizes = tuple(size)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be an int or a tuple of two ints, got {type(size).__name__}"
+        ) from None
+    if len(sizes) not in (1, 2):
+        raise ValueError(f"{name} must have one or two entries, got {sizes!r}")
+    return tuple(check_positive_int(s, f"{name}[{i}]") for i, s in enumerate(sizes)), False
+
+
+def resample(table, size, /, *, old_size=None, prefix_tokens=0, method="linear"):
+    """Resize a learned position table to a new length or grid (timm's
+    ``resample_abs_pos_embed``), equal to ``torch.nn.functional.interpolate`` with
+    ``align_corners=False`` and no antialias.
+
+    Parameters
+    ----------
+    table : array
+        Floating ``(..., prefix_tokens + N, dim)``: rows are the prefix tokens (class,
+        register) followed by the positions, a flattened row-major grid for 2-D.
+    size : int or tuple of int
+        New length (1-D) or grid ``(H, W)`` (2-D).
+    old_size : int or tuple of int, optional
+        The current length or grid; default ``N`` (1-D) or the square grid of ``N`` rows (2-D).
+    prefix_tokens : int, optional
+        Leading rows passed through unchanged.
+    method : {"linear", "cubic"}, optional
+        ``"linear"`` (torch ``linear`` / ``bilinear``) or ``"cubic"`` (torch ``bicubic``,
+        ``A = -0.75``, taps clamped at the border; applied along the one axis for 1-D).
+
+    Returns
+    -------
+    array
+        ``(..., prefix_tokens + prod(size), dim)`` in ``table``'s dtype; gradients flow.
+
+    Raises
+    ------
+    TypeError
+        ``table`` not floating; sizes not ints.
+    ValueError
+        Bad shapes: ``table`` with fewer than two axes, ``old_size`` not matching the rows, a
+        non-square row count without ``old_size``, mixed 1-D/2-D sizes, unknown ``method``.
+
+    Notes
+    -----
+    Each axis is one ``matmul`` with an ``(n_out, n_in)`` matrix built on the host in float64
+    (at most four non-zeros per row); downsampling uses the same kernel without antialias.
+    Backend support: generic Array API code on every namespace.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> arrpos.resample(np.array([[0.0], [1.0]]), 4)[:, 0].tolist()
+    [0.0, 0.25, 0.75, 1.0]
+    >>> grid = np.arange(17 * 3, dtype=np.float64).reshape(17, 3)  # class token + 4x4 grid
+    >>> arrpos.resample(grid, (6, 8), prefix_tokens=1, method="cubic").shape
+    (49, 3)
+    """
+    xp = array_namespace(table, name="table")
+    _check_table(xp, table)
+    new, one_d = _size_tuple(size, "size")
+    prefix = check_positive_int(prefix_tokens, "prefix_tokens", minimum=0)
+    method = check_choice(method, "method", _METHODS_RESAMPLE)
+    rows = table.shape[-2]
+    if prefix > rows:
+        raise ValueError(f"prefix_tokens must be <= the {rows} rows of table, got {prefix}")
+    n = rows - prefix
+    if old_size is None:
+        if len(new) == 1:
+            old = (n,)
+        else:
+            side = math.isqrt(n)
+            if side * side != n:
+                raise ValueError(
+                    f"old_size is needed: {n} position rows are not a square grid"
+                )
+            old = (side, side)
+    else:
+        old, _ = _size_tuple(old_size, "old_size")
+    if len(old) != len(new):
+        raise ValueError(f"old_size {old} and size {new} must have the same number of axes")
+    if math.prod(old) != n:
+        raise ValueError(
+            f"old_size {old} holds {math.prod(old)} rows but table has {n} position rows "
+            f"({rows} rows minus prefix_tokens={prefix})"
+        )
+    lead = tuple(table.shape[:-2])
+    dim = table.shape[-1]
+    dev = device_of(table)
+    body = table[..., prefix:, :]
+    # work in float64 where the device has it and round once: closer to the exact kernel
+    # than any float32 accumulation order (torch's included)
+    work = xp.float64 if has_float64(xp, dev) else table.dtype
+    grid = xp.reshape(xp.astype(body, work), lead + old + (dim,))
+    for axis, (n_in, n_out) in enumerate(zip(old, new)):
+        if n_in == n_out:
+            continue  # torch's weights are the identity then
+        mat = _weights_1d(n_in, n_out, method)
+        mat = xp.asarray(mat.astype(np.float64 if work == getattr(xp, "float64", None)
+                                    else np.float32), dtype=work, device=dev)
+        grid = _apply_axis(xp, grid, mat, axis - len(old) - 1)
+    out = xp.astype(xp.reshape(grid, lead + (math.prod(new), dim)), table.dtype)
+    if prefix:
+        out = xp.concat([table[..., :prefix, :], out], axis=-2)
+    return out

@@ -1,0 +1,781 @@
+"""Relative position encodings: index matrices, buckets (T5, DeBERTa), bias tables, Shaw et al.'s
+two terms, the Transformer-XL score and DeBERTa's disentangled terms.
+
+Sign convention: ``relative = key_position - query_position`` (T5, Shaw). DeBERTa buckets
+``query - key``; :func:`deberta_bucket` takes the T5-style value and says so.
+
+The T5 and DeBERTa buckets reproduce transformers' float32 arithmetic exactly: the bucket is a
+non-decreasing step function of the distance, so its steps are found once on the host (in the
+reference's float32 arithmetic with a correctly rounded log) and the device only counts the
+steps below each distance (``searchsorted``). Every backend therefore gives the same integers,
+whatever its own ``log`` rounds to, and no ``log(0)`` is ever evaluated.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from ._lib import (
+    array_namespace,
+    check_positive_int,
+    check_real_array,
+    check_real_scalar,
+    device_of,
+    is_lazy,
+)
+
+__all__ = [
+    "deberta_bucket",
+    "deberta_scores",
+    "rel_shift",
+    "relative_bias",
+    "relative_positions",
+    "shaw_index",
+    "shaw_key_scores",
+    "shaw_value_term",
+    "t5_bucket",
+    "transformer_xl_scores",
+]
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _require_array(x, name, *, ndim_min=0):
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        raise TypeError(f"{name} must be an array, got {type(x).__name__}")
+    if x.ndim < ndim_min:
+        raise ValueError(f"{name} must have at least {ndim_min} axes, got shape {tuple(x.shape)}")
+    return x
+
+
+def _int_array(xp, x, name, *, ndim_min=0):
+    _require_array(x, name, ndim_min=ndim_min)
+    check_real_array(xp, x, name, float_ok=False)
+    return x
+
+
+def _float_array(xp, x, name, *, ndim_min=0):
+    _require_array(x, name, ndim_min=ndim_min)
+    check_real_array(xp, x, name, integer_ok=False)
+    return x
+
+
+def _check_index_range(xp, index, n, name, rows_name):
+    """Eager arrays only: every entry of ``index`` in ``[0, n)``."""
+    if is_lazy(index) or index.size == 0:
+        return
+    lo, hi = int(xp.min(index)), int(xp.max(index))
+    if lo < 0 or hi >= n:
+        raise ValueError(
+            f"{name} must lie in [0, {n}) (the {n} rows of {rows_name}), got values in "
+            f"[{lo}, {hi}]"
+        )
+
+
+def _gather_last(xp, s, index):
+    """``out[..., i, j] = s[..., i, index[i, j]]`` without a ``(q, k, n)`` intermediate.
+
+    ``s`` has shape ``(..., q, n)`` and ``index`` ``(q, k)``; the rows are flattened so one
+    ``take`` along the last axis does the gather (``take_along_axis`` is not in every namespace).
+    """
+    q, n = s.shape[-2], s.shape[-1]
+    k = index.shape[-1]
+    rows = xp.reshape(xp.arange(q, dtype=index.dtype, device=device_of(index)), (q, 1))
+    flat = xp.reshape(rows * n + index, (q * k,))
+    lead = tuple(s.shape[:-2])
+    out = xp.take(xp.reshape(s, lead + (q * n,)), flat, axis=-1)
+    return xp.reshape(out, lead + (q, k))
+
+
+def _matmul_t(xp, a, b):
+    """``a @ b^T`` on the last two axes."""
+    return xp.matmul(a, xp.matrix_transpose(b))
+
+
+# --------------------------------------------------------------------------- index matrices
+
+def relative_positions(query_len, key_len, /, *, query_offset=0, device=None, xp=None):
+    """Relative positions ``key - query`` of every query/key pair.
+
+    Parameters
+    ----------
+    query_len, key_len : int
+        Number of queries and keys (>= 0).
+    query_offset : int, optional
+        Absolute position of the first query. ``key_len - query_len`` aligns the queries to the
+        end of the keys, as when decoding with a key/value cache.
+    device : device, optional
+        Where to create the matrix (default: the namespace default).
+    xp : namespace, optional
+        Array namespace (default NumPy).
+
+    Returns
+    -------
+    array
+        Integer matrix ``(query_len, key_len)`` (the namespace's default integer dtype) with
+        ``out[i, j] = j - (i + query_offset)``.
+
+    Raises
+    ------
+    TypeError
+        A length or ``query_offset`` that is not an int.
+    ValueError
+        A negative length.
+
+    Notes
+    -----
+    Backend support: generic Array API code on every namespace.
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> arrpos.relative_positions(2, 3).tolist()
+    [[0, 1, 2], [-1, 0, 1]]
+    >>> arrpos.relative_positions(1, 4, query_offset=3).tolist()
+    [[-3, -2, -1, 0]]
+    """
+    xp = array_namespace(xp=xp)
+    query_len = check_positive_int(query_len, "query_len", minimum=0)
+    key_len = check_positive_int(key_len, "key_len", minimum=0)
+    query_offset = check_positive_int(query_offset, "query_offset", minimum=-(2**62))
+    kpos = xp.arange(key_len, device=device)
+    qpos = xp.arange(query_len, device=device) + query_offset
+    return xp.reshape(kpos, (1, key_len)) - xp.reshape(qpos, (query_len, 1))
+
+
+def shaw_index(relative, /, *, max_distance):
+    """Shaw et al. (2018) index: ``clip(relative, -K, K) + K`` into a table of ``2K+1`` rows.
+
+    Parameters
+    ----------
+    relative : array
+        Integer relative positions (``key - query``), any shape.
+    max_distance : int
+        ``K >= 0``: distances beyond it share the edge rows.
+
+    Returns
+    -------
+    array
+        Same shape and dtype as ``relative``, values in ``[0, 2K]``.
+
+    Raises
+    ------
+    TypeError
+        ``relative`` not an integer array, ``max_distance`` not an int.
+    ValueError
+        ``max_distance < 0``.
+
+    Notes
+    -----
+    Backend support: generic Array API code on every namespace.
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> arrpos.shaw_index(arrpos.relative_positions(1, 6), max_distance=2).tolist()
+    [[2, 3, 4, 4, 4, 4]]
+    """
+    xp = array_namespace(relative, name="relative")
+    _int_array(xp, relative, "relative")
+    k = check_positive_int(max_distance, "max_distance", minimum=0)
+    return xp.clip(relative, min=-k, max=k) + k
+
+
+# --------------------------------------------------------------------------- buckets
+
+@functools.lru_cache(maxsize=64)
+def _t5_steps(num_buckets, max_exact, max_distance):
+    """Distances at which T5's logarithmic bucket steps up (host, transformers' float32 maths).
+
+    ``bucket(n) = max_exact + #{steps <= n}`` for ``n >= max_exact``, capped at
+    ``num_buckets - 1`` (the count never exceeds ``num_buckets - 1 - max_exact``).
+    """
+    n = np.arange(max_exact, max_distance + 1, dtype=np.int64)
+    # transformers: log(float32(n) / max_exact) / log(max_distance / max_exact) * (nb - me),
+    # all float32, truncated toward zero
+    ratio = np.float32(n) / np.float32(max_exact)
+    logs = np.log(ratio.astype(np.float64)).astype(np.float32)
+    val = logs / np.float32(math.log(max_distance / max_exact)) * np.float32(num_buckets - max_exact)
+    bucket = np.minimum(max_exact + val.astype(np.int64), num_buckets - 1)
+    targets = np.arange(max_exact + 1, num_buckets)
+    # first distance reaching each bucket value; max_distance reaches the cap
+    return n[np.searchsorted(bucket, targets, side="left")]
+
+
+def _steps_array(xp, steps, like):
+    """Host steps as an array of ``like``'s dtype/device, dropping steps it cannot hold."""
+    top = xp.iinfo(like.dtype).max
+    steps = np.asarray([s for s in steps.tolist() if s <= top], dtype=np.int64)
+    return xp.asarray(steps, dtype=like.dtype, device=device_of(like))
+
+
+def _count_steps(xp, steps, n):
+    """``#{steps <= n}`` elementwise, as ``n``'s dtype."""
+    if steps.shape[0] == 0:
+        return xp.zeros_like(n)
+    flat = xp.reshape(n, (-1,))
+    c = xp.searchsorted(steps, flat, side="right")
+    return xp.reshape(xp.astype(c, n.dtype), n.shape)
+
+
+def t5_bucket(relative, /, *, bidirectional=True, num_buckets=32, max_distance=128):
+    """T5's relative-position bucket, identical to transformers'
+    ``T5Attention._relative_position_bucket``.
+
+    With ``nb = num_buckets // 2`` (bidirectional; keys after the query use the upper half)
+    or ``num_buckets`` (causal; keys after the query fall in bucket 0), distances below
+    ``nb // 2`` get a bucket each and larger ones logarithmic buckets up to ``max_distance``;
+    everything further shares the last bucket.
+
+    Parameters
+    ----------
+    relative : array
+        Integer ``key - query`` positions, any shape.
+    bidirectional : bool, optional
+        Encoder (True) or decoder (False) buckets.
+    num_buckets : int, optional
+        Total buckets (T5 uses 32).
+    max_distance : int, optional
+        Distance from which everything shares the last bucket (T5 uses 128).
+
+    Returns
+    -------
+    array
+        Bucket ids, same shape and dtype as ``relative``, in ``[0, num_buckets)``.
+
+    Raises
+    ------
+    TypeError
+        ``relative`` not an integer array; a non-bool ``bidirectional``; non-int sizes.
+    ValueError
+        Too few buckets (``nb // 2 < 1``) or ``max_distance`` not above ``nb // 2``.
+
+    Notes
+    -----
+    The logarithmic buckets follow the reference's float32 arithmetic exactly (see the module
+    notes); no ``log(0)`` is evaluated, so there is no warning and no NaN.
+    Backend support: generic Array API code on every namespace (jit-safe).
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> arrpos.t5_bucket(np.array([-200, -20, -3, 0, 3, 20, 200])).tolist()
+    [15, 10, 3, 0, 19, 26, 31]
+    >>> arrpos.t5_bucket(np.array([-200, -3, 0, 3]), bidirectional=False).tolist()
+    [31, 3, 0, 0]
+    """
+    xp = array_namespace(relative, name="relative")
+    _int_array(xp, relative, "relative")
+    if not isinstance(bidirectional, bool):
+        raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__}")
+    num_buckets = check_positive_int(num_buckets, "num_buckets")
+    max_distance = check_positive_int(max_distance, "max_distance")
+    nb = num_buckets // 2 if bidirectional else num_buckets
+    max_exact = nb // 2
+    if max_exact < 1:
+        raise ValueError(
+            f"num_buckets must be >= {4 if bidirectional else 2} "
+            f"(bidirectional={bidirectional}), got {num_buckets}"
+        )
+    if max_distance <= max_exact:
+        raise ValueError(
+            f"max_distance must be > {max_exact} (half of the buckets are exact), got {max_distance}"
+        )
+    zero = xp.zeros_like(relative)
+    if bidirectional:
+        offset = xp.where(relative > 0, zero + nb, zero)
+        n = xp.abs(relative)
+    else:
+        offset = zero
+        n = -xp.minimum(relative, zero)
+    steps = _steps_array(xp, _t5_steps(nb, max_exact, max_distance), relative)
+    large = max_exact + _count_steps(xp, steps, n)
+    return offset + xp.where(n < max_exact, n, large)
+
+
+@functools.lru_cache(maxsize=64)
+def _deberta_steps(bucket_size, max_position):
+    """Distances ``a > mid`` at which DeBERTa's log bucket steps up, up to ``a = 2**62``.
+
+    transformers: ``ceil(log(float32(a) / mid) / log(float32((max_position-1)/mid)) * (mid-1))
+    + mid`` in float32; found for every value by a vectorised bisection on the host.
+    """
+    mid = bucket_size // 2
+    denom = np.float32(math.log((max_position - 1) / mid))
+
+    def value(a):
+        ratio = a.astype(np.float32) / np.float32(mid)
+        logs = np.log(ratio.astype(np.float64)).astype(np.float32)
+        return (np.ceil(logs / denom * np.float32(mid - 1)) + mid).astype(np.int64)
+
+    top = np.int64(2**62)
+    vmax = int(value(np.array([top]))[0])
+    targets = np.arange(mid + 2, vmax + 1, dtype=np.int64)  # value(mid + 1) == mid + 1
+    lo = np.full(targets.shape, mid + 1, dtype=np.int64)  # value(lo) < target
+    hi = np.full(targets.shape, top, dtype=np.int64)  # value(hi) >= target
+    while np.any(hi - lo > 1):
+        m = lo + (hi - lo) // 2
+        ok = value(m) >= targets
+        hi = np.where(ok, m, hi)
+        lo = np.where(ok, lo, m)
+    return np.concatenate([np.array([mid + 1], dtype=np.int64), hi])
+
+
+def deberta_bucket(relative, /, *, bucket_size=256, max_position=512):
+    """DeBERTa-v2 log bucket of ``query - key``, identical to transformers'
+    ``make_log_bucket_position(-relative, bucket_size, max_position)``.
+
+    Note the sign: this function takes the T5-style ``relative = key - query`` (as from
+    :func:`relative_positions`) and buckets DeBERTa's ``query - key = -relative``. Distances up
+    to ``bucket_size // 2`` keep their value; larger ones grow logarithmically, reaching
+    ``bucket_size - 1`` at ``max_position - 1``.
+
+    Parameters
+    ----------
+    relative : array
+        Integer ``key - query`` positions, any shape.
+    bucket_size : int, optional
+        DeBERTa's ``position_buckets`` (256 in DeBERTa-v3), >= 2.
+    max_position : int, optional
+        DeBERTa's ``max_relative_positions`` (512), > ``bucket_size // 2 + 1``.
+
+    Returns
+    -------
+    array
+        Signed buckets of ``query - key``, same shape and dtype as ``relative``.
+
+    Raises
+    ------
+    TypeError
+        ``relative`` not an integer array; non-int sizes.
+    ValueError
+        ``bucket_size < 2`` or ``max_position <= bucket_size // 2 + 1``.
+
+    Notes
+    -----
+    Exact equality with the reference's float32 arithmetic, as for :func:`t5_bucket`.
+    Backend support: generic Array API code on every namespace (jit-safe).
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> arrpos.deberta_bucket(np.array([-1000, -200, -129, -128, 0, 5, 600]),
+    ...                       bucket_size=256, max_position=512).tolist()
+    [317, 169, 129, 128, 0, -5, -270]
+    """
+    xp = array_namespace(relative, name="relative")
+    _int_array(xp, relative, "relative")
+    bucket_size = check_positive_int(bucket_size, "bucket_size", minimum=2)
+    max_position = check_positive_int(max_position, "max_position")
+    mid = bucket_size // 2
+    if max_position <= mid + 1:
+        raise ValueError(
+            f"max_position must be > bucket_size // 2 + 1 = {mid + 1}, got {max_position}"
+        )
+    rel = -relative
+    a = xp.abs(rel)
+    steps = _steps_array(xp, _deberta_steps(bucket_size, max_position), a)
+    mag = mid + _count_steps(xp, steps, a)
+    sign = xp.where(rel < 0, xp.zeros_like(rel) - 1, xp.ones_like(rel))
+    return xp.where(a <= mid, rel, sign * mag)
+
+
+# --------------------------------------------------------------------------- bias and shift
+
+def relative_bias(table, index, /):
+    """A learned per-head bias looked up by bucket: ``out[h, i, j] = table[index[i, j], h]``.
+
+    Parameters
+    ----------
+    table : array
+        Real ``(num_buckets, heads)`` (T5's ``relative_attention_bias.weight``).
+    index : array
+        Integer bucket ids in ``[0, num_buckets)``, any shape ``P`` (usually ``(q, k)``).
+
+    Returns
+    -------
+    array
+        ``(heads,) + P``, in ``table``'s dtype; gradients flow into ``table`` on autograd
+        backends.
+
+    Raises
+    ------
+    TypeError
+        ``table`` not a floating array or ``index`` not an integer array.
+    ValueError
+        ``table`` not 2-D; (eager arrays) an index outside ``[0, num_buckets)``.
+
+    Notes
+    -----
+    Backend support: generic Array API code (one ``take``) on every namespace.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> table = np.arange(6.0).reshape(3, 2)     # 3 buckets, 2 heads
+    >>> arrpos.relative_bias(table, np.array([[0, 2], [1, 0]]))[1].tolist()
+    [[1.0, 5.0], [3.0, 1.0]]
+    """
+    xp = array_namespace(table, index, name="table and index")
+    _float_array(xp, table, "table")
+    _int_array(xp, index, "index")
+    if table.ndim != 2:
+        raise ValueError(f"table must have shape (num_buckets, heads), got {tuple(table.shape)}")
+    _check_index_range(xp, index, table.shape[0], "index", "table")
+    shape = tuple(index.shape)
+    rows = xp.take(table, xp.reshape(index, (-1,)), axis=0)  # (prod(P), heads)
+    rows = xp.reshape(rows, shape + (table.shape[1],))
+    return xp.permute_dims(rows, (rows.ndim - 1,) + tuple(range(rows.ndim - 1)))
+
+
+def rel_shift(scores, /):
+    """Transformer-XL's relative shift on the last two axes ``(q, k)``.
+
+    ``scores[..., i, m]`` is computed against the relative embedding of distance ``k-1-m``
+    (descending positions ``k-1 .. 0``); the result is aligned so that
+    ``out[..., i, j] = scores[..., i, j + q - 1 - i]`` wherever ``j + q - 1 - i < k``, i.e.
+    query ``i`` (absolute position ``k - q + i``) against key ``j`` at distance
+    ``k - q + i - j``; the remaining entries (keys after the query) are zero.
+
+    Parameters
+    ----------
+    scores : array
+        Real array of shape ``(..., q, k)``.
+
+    Returns
+    -------
+    array
+        Same shape and dtype.
+
+    Raises
+    ------
+    TypeError
+        ``scores`` not a real array.
+    ValueError
+        Fewer than two axes.
+
+    Notes
+    -----
+    Computed as in Transformer-XL: prepend a zero column, re-read the buffer with the rows one
+    element longer, drop the first ``q`` elements; then the entries without a source are zeroed.
+    Backend support: generic Array API code (reshapes only) on every namespace.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> s = np.arange(1.0, 10.0).reshape(3, 3)
+    >>> arrpos.rel_shift(s).tolist()
+    [[3.0, 0.0, 0.0], [5.0, 6.0, 0.0], [7.0, 8.0, 9.0]]
+    """
+    xp = array_namespace(scores, name="scores")
+    _require_array(scores, "scores", ndim_min=2)
+    check_real_array(xp, scores, "scores")
+    return _rel_shift(xp, scores)
+
+
+def _rel_shift(xp, scores):
+    q, k = scores.shape[-2], scores.shape[-1]
+    lead = tuple(scores.shape[:-2])
+    dev = device_of(scores)
+    pad = xp.zeros(lead + (q, 1), dtype=scores.dtype, device=dev)
+    flat = xp.reshape(xp.concat([pad, scores], axis=-1), lead + (q * (k + 1),))
+    out = xp.reshape(flat[..., q:], lead + (q, k))
+    i = xp.reshape(xp.arange(q, device=dev), (q, 1))
+    j = xp.reshape(xp.arange(k, device=dev), (1, k))
+    return xp.where(j - i <= k - q, out, xp.zeros_like(out))
+
+
+# --------------------------------------------------------------------------- Shaw et al.
+
+def _check_qd(q, table, qname, tname):
+    if q.shape[-1] != table.shape[-1]:
+        raise ValueError(
+            f"{qname} and {tname} must share the feature size, got {qname}.shape "
+            f"{tuple(q.shape)} and {tname}.shape {tuple(table.shape)}"
+        )
+
+
+def _check_index(xp, index, q, n, qname, tname):
+    _int_array(xp, index, "index")
+    if index.ndim != 2 or index.shape[0] != q:
+        raise ValueError(
+            f"index must have shape ({q}, k) (one row per row of {qname}), got {tuple(index.shape)}"
+        )
+    _check_index_range(xp, index, n, "index", tname)
+
+
+def shaw_key_scores(q, table, index, /):
+    """Shaw et al.'s key term ``out[..., i, j] = q[..., i, :] . table[index[i, j], :]``.
+
+    Computed as one product of the queries with the ``2K+1`` rows of the table followed by a
+    gather, never forming the ``(q, k, dim)`` tensor of per-pair embeddings ``a_ij``.
+
+    Parameters
+    ----------
+    q : array
+        Floating queries ``(..., q, dim)``.
+    table : array
+        Floating relative embeddings ``(num_rows, dim)`` (``a^K`` of the paper, ``2K+1`` rows).
+    index : array
+        Integer ``(q, k)`` rows of ``table`` per pair, e.g. from :func:`shaw_index`.
+
+    Returns
+    -------
+    array
+        ``(..., q, k)``: add it to ``q @ k^T`` before scaling, as in the paper.
+
+    Raises
+    ------
+    TypeError
+        Non-floating ``q`` / ``table`` or non-integer ``index``.
+    ValueError
+        Mismatched feature sizes, ``index`` not ``(q, k)``, (eager) an index out of range.
+
+    Notes
+    -----
+    Cost ``O(q * num_rows * dim)`` for the product plus ``O(q * k)`` for the gather, instead of
+    ``O(q * k * dim)`` memory and time for the naive form.
+    Backend support: generic Array API code on every namespace; gradients flow on autograd
+    backends.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> q = np.ones((2, 3)); table = np.arange(9.0).reshape(3, 3)
+    >>> idx = arrpos.shaw_index(arrpos.relative_positions(2, 2), max_distance=1)
+    >>> arrpos.shaw_key_scores(q, table, idx).tolist()
+    [[12.0, 21.0], [3.0, 12.0]]
+    """
+    xp = array_namespace(q, table, index, name="q, table and index")
+    _float_array(xp, q, "q", ndim_min=2)
+    _float_array(xp, table, "table", ndim_min=2)
+    if table.ndim != 2:
+        raise ValueError(f"table must have shape (num_rows, dim), got {tuple(table.shape)}")
+    _check_qd(q, table, "q", "table")
+    _check_index(xp, index, q.shape[-2], table.shape[0], "q", "table")
+    return _gather_last(xp, _matmul_t(xp, q, table), index)
+
+
+def shaw_value_term(weights, table, index, /):
+    """Shaw et al.'s value term ``out[..., i, :] = sum_j weights[..., i, j] table[index[i, j], :]``.
+
+    The attention weights are first scattered into the ``num_rows`` buckets
+    (``w[..., i, b] = sum over j with index[i, j] == b``), then multiplied by the table: the
+    ``(q, k, dim)`` tensor of per-pair embeddings is never formed.
+
+    Parameters
+    ----------
+    weights : array
+        Floating attention weights ``(..., q, k)`` (after the softmax).
+    table : array
+        Floating relative embeddings ``(num_rows, dim)`` (``a^V`` of the paper).
+    index : array
+        Integer ``(q, k)`` rows of ``table`` per pair.
+
+    Returns
+    -------
+    array
+        ``(..., q, dim)``: add it to ``weights @ v``.
+
+    Raises
+    ------
+    TypeError
+        Non-floating ``weights`` / ``table`` or non-integer ``index``.
+    ValueError
+        ``table`` not 2-D, ``index`` not ``weights.shape[-2:]``, (eager) an index out of range.
+
+    Notes
+    -----
+    The scatter is ``num_rows`` masked row sums over the weights (the Array API has no
+    scatter-add): ``O(num_rows * q * k)`` time and one weights-sized temporary, then
+    ``O(q * num_rows * dim)`` for the product.
+    Backend support: generic Array API code on every namespace; gradients flow on autograd
+    backends.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> w = np.full((2, 2), 0.5); table = np.arange(6.0).reshape(3, 2)
+    >>> idx = arrpos.shaw_index(arrpos.relative_positions(2, 2), max_distance=1)
+    >>> arrpos.shaw_value_term(w, table, idx).tolist()
+    [[3.0, 4.0], [1.0, 2.0]]
+    """
+    xp = array_namespace(weights, table, index, name="weights, table and index")
+    _float_array(xp, weights, "weights", ndim_min=2)
+    _float_array(xp, table, "table", ndim_min=2)
+    if table.ndim != 2:
+        raise ValueError(f"table must have shape (num_rows, dim), got {tuple(table.shape)}")
+    _check_index(xp, index, weights.shape[-2], table.shape[0], "weights", "table")
+    if index.shape[1] != weights.shape[-1]:
+        raise ValueError(
+            f"index must have the shape of weights' last two axes {tuple(weights.shape[-2:])}, "
+            f"got {tuple(index.shape)}"
+        )
+    return _shaw_value(xp, weights, table, index)
+
+
+def _shaw_value(xp, weights, table, index):
+    zero = xp.zeros_like(weights)
+    buckets = [xp.sum(xp.where(index == b, weights, zero), axis=-1)
+               for b in range(table.shape[0])]
+    scattered = xp.stack(buckets, axis=-1)  # (..., q, num_rows)
+    return xp.matmul(scattered, xp.astype(table, weights.dtype))
+
+
+# --------------------------------------------------------------------------- Transformer-XL
+
+def transformer_xl_scores(q, k, r, u, v, /):
+    """Transformer-XL's attention score ``(q + u) k^T + rel_shift((q + v) r^T)`` (unscaled).
+
+    Parameters
+    ----------
+    q : array
+        Floating queries ``(..., q, dim)``; the last query is the last key (memory first).
+    k : array
+        Floating keys ``(..., k, dim)`` (memory followed by the segment), ``k >= q``.
+    r : array
+        Projected relative embeddings ``(..., k, dim)`` for the descending distances
+        ``k-1, ..., 0`` (Transformer-XL's ``W_{k,R} R``, R the split-layout sinusoid).
+    u, v : array
+        The two global biases (``r_w_bias``, ``r_r_bias``), broadcastable against ``q``,
+        e.g. ``(dim,)`` or ``(heads, 1, dim)``.
+
+    Returns
+    -------
+    array
+        ``(..., q, k)``: entry ``(i, j)`` scores query ``i`` (at position ``k - q + i``)
+        against key ``j`` at distance ``k - q + i - j``; entries for keys after the query
+        get only the content term (mask them).
+
+    Raises
+    ------
+    TypeError
+        A non-floating input.
+    ValueError
+        Mismatched feature sizes or ``r`` not one row per key.
+
+    Notes
+    -----
+    Backend support: generic Array API code (two products and :func:`rel_shift`).
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> q = np.ones((2, 2)); k = np.ones((3, 2)); r = np.arange(6.0).reshape(3, 2)
+    >>> u = np.zeros(2); v = np.zeros(2)
+    >>> arrpos.transformer_xl_scores(q, k, r, u, v).tolist()
+    [[7.0, 11.0, 2.0], [3.0, 7.0, 11.0]]
+    """
+    xp = array_namespace(q, k, r, u, v, name="q, k, r, u and v")
+    for name, a in (("q", q), ("k", k), ("r", r)):
+        _float_array(xp, a, name, ndim_min=2)
+    for name, a in (("u", u), ("v", v)):
+        _float_array(xp, a, name, ndim_min=1)
+        _check_qd(q, a, "q", name)
+    _check_qd(q, k, "q", "k")
+    _check_qd(q, r, "q", "r")
+    if r.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"r must have one row per key ({k.shape[-2]}), got r.shape {tuple(r.shape)}"
+        )
+    if k.shape[-2] < q.shape[-2]:
+        raise ValueError(f"k must have at least as many rows as q, got {k.shape} and {q.shape}")
+    content = _matmul_t(xp, q + u, k)
+    position = _rel_shift(xp, _matmul_t(xp, q + v, r))
+    return content + position
+
+
+# --------------------------------------------------------------------------- DeBERTa
+
+def deberta_scores(q, k, pos_key, pos_query, bucket, /, *, scale_factor=None):
+    """DeBERTa's disentangled attention score: content-to-content, content-to-position and
+    position-to-content, as transformers' DeBERTa-v2 (``disentangled_attention_bias``).
+
+    With ``span = num_rows // 2`` and ``idx = clip(bucket + span, 0, 2 span - 1)``::
+
+        c2c[i, j] = q_i . k_j
+        c2p[i, j] = q_i . pos_key[idx[i, j]]
+        p2c[i, j] = k_j . pos_query[idx[i, j]]
+        out = (c2c + c2p + p2c) / sqrt(dim * scale_factor)
+
+    Parameters
+    ----------
+    q, k : array
+        Floating ``(..., q, dim)`` and ``(..., k, dim)`` (projected content).
+    pos_key, pos_query : array or None
+        Projected relative embeddings ``(..., 2 span, dim)``: the key projection (c2p) and the
+        query projection (p2c) of the first ``2 span`` rows of ``rel_embeddings``. ``None``
+        leaves that term out (``pos_att_type`` without it).
+    bucket : array
+        Integer ``(q, k)`` DeBERTa buckets of ``query - key``, as from
+        ``deberta_bucket(relative_positions(q, k))``.
+    scale_factor : float, optional
+        Default ``1 + `` the number of position terms present (transformers' rule).
+
+    Returns
+    -------
+    array
+        ``(..., q, k)`` scores before bias, mask and softmax.
+
+    Raises
+    ------
+    TypeError
+        A non-floating input or a non-integer ``bucket``.
+    ValueError
+        Mismatched feature sizes, an odd or unequal number of position rows, ``bucket`` not
+        ``(q, k)``, a non-positive ``scale_factor``.
+
+    Notes
+    -----
+    transformers builds the p2c index from ``key - key`` positions, which equals the rule
+    above for self-attention (``q == k``); for ``q != k`` this function uses the same
+    ``(q, k)`` bucket for both terms.
+    Backend support: generic Array API code on every namespace; gradients flow.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> q = np.ones((2, 4)); k = np.ones((2, 4)); pk = np.zeros((4, 4)); pq = np.zeros((4, 4))
+    >>> b = arrpos.deberta_bucket(arrpos.relative_positions(2, 2), bucket_size=4, max_position=8)
+    >>> arrpos.deberta_scores(q, k, pk, pq, b).tolist()
+    [[1.1547005383792517, 1.1547005383792517], [1.1547005383792517, 1.1547005383792517]]
+    """
+    xp = array_namespace(q, k, pos_key, pos_query, bucket,
+                         name="q, k, pos_key, pos_query and bucket")
+    _float_array(xp, q, "q", ndim_min=2)
+    _float_array(xp, k, "k", ndim_min=2)
+    _check_qd(q, k, "q", "k")
+    rows = None
+    for name, p in (("pos_key", pos_key), ("pos_query", pos_query)):
+        if p is None:
+            continue
+        _float_array(xp, p, name, ndim_min=2)
+        _check_qd(q, p, "q", name)
+        if p.shape[-2] % 2 or (rows is not None and p.shape[-2] != rows):
+            raise ValueError(
+                f"{name} must have an even number of rows (2 * span), the same for pos_key and "
+                f"pos_query, got shape {tuple(p.shape)}"
+            )
+        rows = p.shape[-2]
+    _int_array(xp, bucket, "bucket")
+    qn, kn = q.shape[-2], k.shape[-2]
+    if tuple(bucket.shape) != (qn, kn):
+        raise ValueError(f"bucket must have shape ({qn}, {kn}), got {tuple(bucket.shape)}")
+    terms = sum(p is not None for p in (pos_key, pos_query))
+    if scale_factor is None:
+        scale_factor = 1.0 + terms
+    scale_factor = check_real_scalar(scale_factor, "scale_factor", positive=True)
+    scores = _matmul_t(xp, q, k)
+    if rows is not None:
+        span = rows // 2
+        idx = xp.clip(bucket + span, min=0, max=2 * span - 1)
+        if pos_key is not None:
+            scores = scores + _gather_last(xp, _matmul_t(xp, q, pos_key), idx)
+        if pos_query is not None:
+            # p2c[i, j] = (k pos_query^T)[j, idx[i, j]]: gather along the key rows' buckets
+            s = _matmul_t(xp, k, pos_query)  # (..., k, 2 span)
+            s_t = _gather_last(xp, s, xp.matrix_transpose(idx))  # [j, i] = s[j, idx[i, j]]
+            scores = scores + xp.matrix_transpose(s_t)
+    return scores / math.sqrt(q.shape[-1] * scale_factor)
