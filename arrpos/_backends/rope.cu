@@ -34,18 +34,28 @@ __device__ __forceinline__ float round_to_odd_float(double v)
     return f;
 }
 
+// ARRPOS_HOST_EMULATION: tests/cuda_emulation.py compiles this file as plain C++ and runs the
+// kernels on the CPU (no GPU needed); it supplies these two conversions in place of the PTX.
 __device__ __forceinline__ unsigned short float_to_half_bits(float f)
 {
+#if defined(ARRPOS_HOST_EMULATION) && !defined(__CUDA_ARCH__)
+    return arrpos_emu_float_to_half(f);
+#else
     unsigned short h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
+#endif
 }
 
 __device__ __forceinline__ float half_bits_to_float(unsigned short h)
 {
+#if defined(ARRPOS_HOST_EMULATION) && !defined(__CUDA_ARCH__)
+    return arrpos_emu_half_to_float(h);
+#else
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
+#endif
 }
 
 __device__ __forceinline__ unsigned short float_to_bf16_bits(float f)

@@ -1,0 +1,280 @@
+"""Run the CUDA kernels of ``rope.cu`` on the CPU, through the real CuPy adapter, without a GPU.
+
+``rope.cu`` is compiled as plain C++ (``ARRPOS_HOST_EMULATION``) behind a small shim that
+supplies the CUDA built-ins (``threadIdx`` ..., ``__fma_rn``, ``__double2float_rz``, the half
+conversions); every kernel of ``_cupy.kernel_names()`` gets a launcher that runs the grid one
+thread at a time (the kernels use no shared memory and no barriers, so any order is a valid
+schedule) with its arguments passed the CUDA way, as an array of pointers to each value.
+
+:class:`FakeCupy` is a stand-in for the ``cupy`` module built on NumPy, just large enough for
+``arrpos._backends._cupy``: its ``RawModule`` launches through the emulator and checks what a
+GPU would punish — the kernel name is one of the name expressions, the block fits
+``__launch_bounds__(256)``, and every argument has exactly the C type of the kernel parameter
+(a ``numpy.int32`` where the kernel takes ``long long`` would be garbage on a GPU).
+
+What this does not check: NVRTC itself (``.ci/check_nvcc.sh`` compiles with nvcc), the PTX half
+conversions, device math accuracy, DLPack, streams and speed.
+"""
+from __future__ import annotations
+
+import ctypes
+import pathlib
+import shutil
+import subprocess
+
+import numpy as np
+
+from arrpos._backends import _cupy
+
+_SHIM = r"""
+#define ARRPOS_HOST_EMULATION 1
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <math.h>
+
+struct arrpos_dim3 { unsigned int x = 1, y = 1, z = 1; };
+static arrpos_dim3 threadIdx, blockIdx, blockDim, gridDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __restrict__ __restrict
+
+static inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
+static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline float __double2float_rz(double v)
+{
+    float f = (float)v;  // round to nearest, then step back towards zero if it went past
+    if (std::isfinite(v) && std::fabs((double)f) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+    return f;
+}
+static inline unsigned short arrpos_emu_float_to_half(float f)
+{
+    _Float16 h = (_Float16)f; unsigned short b; std::memcpy(&b, &h, 2); return b;
+}
+static inline float arrpos_emu_half_to_float(unsigned short b)
+{
+    _Float16 h; std::memcpy(&h, &b, 2); return (float)h;
+}
+using ::sincos;
+
+#include "@SOURCE@"
+
+template <typename T> struct code { static const char c = '?'; };
+template <typename T> struct code<T *> { static const char c = 'P'; };
+template <> struct code<long long> { static const char c = 'x'; };
+template <> struct code<int> { static const char c = 'i'; };
+template <> struct code<double> { static const char c = 'd'; };
+
+template <typename... A> static std::string signature(void (*)(A...))
+{
+    return std::string{code<A>::c...};
+}
+
+template <typename... A, std::size_t... I>
+static void call(void (*k)(A...), void **args, std::index_sequence<I...>)
+{
+    k(*static_cast<A *>(args[I])...);
+}
+
+template <typename... A>
+static void run(void (*k)(A...), unsigned grid, unsigned bx, unsigned by, void **args)
+{
+    gridDim.x = grid; blockDim.x = bx; blockDim.y = by;
+    for (unsigned b = 0; b < grid; ++b)
+        for (unsigned ty = 0; ty < by; ++ty)
+            for (unsigned tx = 0; tx < bx; ++tx) {
+                blockIdx.x = b; threadIdx.x = tx; threadIdx.y = ty;
+                call(k, args, std::index_sequence_for<A...>{});
+            }
+}
+
+static std::string signatures[@COUNT@];
+
+extern "C" const char *emu_signature(int i)
+{
+    switch (i) {
+@SIGNATURES@
+    }
+    return signatures[i].c_str();
+}
+
+extern "C" int emu_launch(int i, unsigned grid, unsigned bx, unsigned by, void **args)
+{
+    switch (i) {
+@LAUNCHES@
+    default: return 1;
+    }
+    return 0;
+}
+"""
+
+
+def emulator_source() -> str:
+    names = _cupy.kernel_names()
+    sigs = "\n".join(f"    case {i}: signatures[{i}] = signature(&{n}); break;"
+                     for i, n in enumerate(names))
+    runs = "\n".join(f"    case {i}: run(&{n}, grid, bx, by, args); break;"
+                     for i, n in enumerate(names))
+    return (_SHIM.replace("@SOURCE@", str(_cupy.SOURCE_PATH.resolve()))
+            .replace("@COUNT@", str(len(names)))
+            .replace("@SIGNATURES@", sigs).replace("@LAUNCHES@", runs))
+
+
+def build(directory) -> ctypes.CDLL:
+    """Compile the emulator into ``directory``; raises RuntimeError when that is impossible."""
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        raise RuntimeError("no C++ compiler")
+    directory = pathlib.Path(directory)
+    src = directory / "rope_emulated.cpp"
+    lib = directory / "rope_emulated.so"
+    src.write_text(emulator_source())
+    # -ffp-contract=off: keep every product rounded as written (CUDA may fuse; the tolerances
+    # in the tests cover that), -fno-fast-math: the exact angle reduction needs IEEE doubles
+    proc = subprocess.run([cxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off",
+                           "-fno-fast-math", "-o", str(lib), str(src)],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{cxx} failed:\n{proc.stderr[-3000:]}")
+    dll = ctypes.CDLL(str(lib))
+    dll.emu_signature.restype = ctypes.c_char_p
+    dll.emu_signature.argtypes = [ctypes.c_int]
+    dll.emu_launch.restype = ctypes.c_int
+    dll.emu_launch.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+                               ctypes.POINTER(ctypes.c_void_p)]
+    return dll
+
+
+# ------------------------------------------------------------------------------------------
+# A NumPy-backed stand-in for the parts of cupy that arrpos._backends._cupy uses
+
+
+class _Ptr:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+class FakeDevice:
+    def __init__(self, id=0):
+        self.id = id
+        self.attributes = {"MultiProcessorCount": 2}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class FakeArray(np.ndarray):
+    """A NumPy array that answers ``.device`` and ``.data.ptr`` as a CuPy array does."""
+
+    @property
+    def device(self):
+        return FakeDevice(0)
+
+    @property
+    def data(self):
+        return _Ptr(self.__array_interface__["data"][0])
+
+
+def _fake(a):
+    return np.asarray(a).view(FakeArray)
+
+
+class _Stream:
+    def synchronize(self):
+        pass
+
+
+class FakeKernel:
+    def __init__(self, lib, index, name, log):
+        self.lib, self.index, self.name, self.log = lib, index, name, log
+        self.signature = lib.emu_signature(index).decode()
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        (g,) = grid
+        bx, by = block
+        assert g >= 1 and bx >= 1 and by >= 1, (grid, block)
+        assert bx * by <= 256, f"block {block} exceeds __launch_bounds__(256)"
+        assert len(args) == len(self.signature), (self.name, len(args), self.signature)
+        slots, keep = [], []
+        for k, (a, c) in enumerate(zip(args, self.signature)):
+            if c == "P":
+                assert isinstance(a, FakeArray), f"{self.name} argument {k}: {type(a)} for a pointer"
+                v = ctypes.c_void_p(a.data.ptr)
+            elif c == "x":
+                assert type(a) is np.int64, f"{self.name} argument {k}: {type(a)} for long long"
+                v = ctypes.c_longlong(int(a))
+            elif c == "i":
+                assert type(a) is np.int32, f"{self.name} argument {k}: {type(a)} for int"
+                v = ctypes.c_int(int(a))
+            elif c == "d":
+                assert type(a) is np.float64, f"{self.name} argument {k}: {type(a)} for double"
+                v = ctypes.c_double(float(a))
+            else:
+                raise AssertionError(f"{self.name}: parameter type {c!r} not emulated")
+            keep.append(v)
+            slots.append(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p))
+        arr = (ctypes.c_void_p * len(slots))(*[s.value for s in slots])
+        self.log.append((self.name, grid, block))
+        assert self.lib.emu_launch(self.index, g, bx, by, arr) == 0
+
+
+class FakeRawModule:
+    def __init__(self, lib, log, *, code, options=(), name_expressions=()):
+        assert code == _cupy.cuda_source()
+        assert not any("fast" in o for o in options), options
+        self.lib, self.log = lib, log
+        self.names = list(name_expressions)
+
+    def get_function(self, name):
+        assert name in self.names, f"{name} is not a name expression of the module"
+        return FakeKernel(self.lib, _cupy.kernel_names().index(name), name, self.log)
+
+
+class FakeCupy:
+    """``sys.modules['cupy']`` stand-in; ``launches`` records every kernel launch."""
+
+    float64 = np.float64
+    ndarray = FakeArray
+
+    def __init__(self, lib):
+        self.launches = []
+        fake = self
+
+        class _Cuda:
+            Device = FakeDevice
+
+            @staticmethod
+            def get_current_stream():
+                return _Stream()
+
+        self.cuda = _Cuda
+
+        def raw_module(**kw):
+            return FakeRawModule(lib, fake.launches, **kw)
+
+        self.RawModule = raw_module
+
+    @staticmethod
+    def empty(shape, dtype=np.float64):
+        return _fake(np.empty(shape, dtype=dtype))
+
+    @staticmethod
+    def asarray(a, dtype=None):
+        return _fake(np.array(a, dtype=dtype))
+
+    @staticmethod
+    def ascontiguousarray(a, dtype=None):
+        return _fake(np.ascontiguousarray(a, dtype=dtype))
+
+    @staticmethod
+    def may_share_memory(a, b):
+        return np.may_share_memory(a, b)
+
+    asfake = staticmethod(_fake)

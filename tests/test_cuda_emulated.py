@@ -1,0 +1,323 @@
+"""The CUDA kernels and the CuPy adapter, run on the CPU without a GPU (tests/cuda_emulation.py).
+
+The kernels' index arithmetic, layouts, strides, broadcasting, in-place and partial rotation,
+the 16-bit conversions and the adapter's argument marshalling are checked here against the
+generic ``_xp`` code and float64 references; tests/test_cupy.py repeats the comparisons on a
+real GPU where there is one.
+"""
+from __future__ import annotations
+
+import sys
+
+import array_api_compat.numpy as npx
+import numpy as np
+import pytest
+
+from arrpos._backends import _cupy, _xp
+from arrpos._exact import power_frequencies
+
+import cuda_emulation
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    try:
+        return cuda_emulation.build(tmp_path_factory.mktemp("cuda_emulation"))
+    except RuntimeError as exc:
+        pytest.skip(f"CUDA emulation unavailable: {exc}")
+
+
+def _clear_caches():
+    _cupy._MODULES.clear()
+    _cupy._FUNCTIONS.clear()
+    _cupy._SM_COUNT.clear()
+    _cupy._device_frequencies.cache_clear()
+
+
+@pytest.fixture
+def cp(emulator, monkeypatch):
+    """A NumPy-backed ``cupy`` whose kernels run in the emulator (caches reset around it)."""
+    fake = cuda_emulation.FakeCupy(emulator)
+    _clear_caches()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    yield fake
+    _clear_caches()
+
+
+def _bf16_bits(a):
+    """float32 -> bfloat16 bits (round to nearest even) as int16."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return u.astype(np.uint16).view(np.int16)
+
+
+def _bf16_value(bits):
+    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _ulps(dtype):
+    return {np.float64: 4e-16, np.float32: 1.2e-7, np.float16: 1e-3}[dtype]
+
+
+# ------------------------------------------------------------------------------------------
+# tables
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "split", "split_cos"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sinusoid_table_matches_generic(cp, layout, dtype):
+    hi, lo = power_frequencies(6, 12, 10000.0)
+    pos = np.array([[0, 1, 2], [1000, 65535, 2**24]], dtype=np.int64)
+    got = _cupy.sinusoid_table(cp.asfake(pos), hi, lo, layout=layout, dtype=dtype, width=14,
+                               xp=cp)
+    ref = _xp.sinusoid_table(pos, hi, lo, layout=layout, dtype=dtype, width=14, xp=npx)
+    assert got.shape == (2, 3, 14) and got.dtype == dtype
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=0, atol=2 * _ulps(dtype))
+    assert not np.asarray(got)[..., 12:].any()  # padding columns are zero
+    assert cp.launches and cp.launches[-1][0] == f"arrpos::sinusoid_table<{_cupy._CXX_TYPES[np.dtype(dtype).name]}>"
+
+
+def test_sinusoid_accuracy_to_2_24(cp):
+    """Within 1e-12 (float64) of exact up to 2**24; the exact values come from decimals."""
+    import mpmath
+
+    dim = 64
+    hi, lo = power_frequencies(dim // 2, dim, 10000.0)
+    pos = np.array([2**24, 2**24 - 1, 1_000_000, 123_457.5])
+    got = np.asarray(_cupy.sinusoid_table(cp.asfake(pos), hi, lo, layout="split",
+                                          dtype=np.float64, width=dim, xp=cp))
+    with mpmath.workprec(200):
+        for r, p in enumerate(pos):
+            for i in range(0, dim // 2, 5):
+                ang = mpmath.mpf(float(p)) * (mpmath.mpf(hi[i]) + mpmath.mpf(lo[i]))
+                assert abs(got[r, i] - float(mpmath.sin(ang))) < 1e-12
+                assert abs(got[r, dim // 2 + i] - float(mpmath.cos(ang))) < 1e-12
+
+
+def test_sinusoid_out_and_errors(cp):
+    hi, lo = power_frequencies(4, 8, 100.0)
+    pos = cp.asfake(np.arange(5))
+    out = cp.empty((5, 8), dtype=np.float32)
+    got = _cupy.sinusoid_table(pos, hi, lo, layout="split", dtype=np.float32, width=8, xp=cp,
+                               out=out)
+    assert got is out
+    with pytest.raises(ValueError, match="out"):
+        _cupy.sinusoid_table(pos, hi, lo, layout="split", dtype=np.float32, width=8, xp=cp,
+                             out=cp.empty((5, 8), dtype=np.float64))
+    with pytest.raises(TypeError, match="dtype"):
+        _cupy.sinusoid_table(pos, hi, lo, layout="split", dtype=np.float16, width=8, xp=cp)
+    with pytest.raises(ValueError, match="layout"):
+        _cupy.sinusoid_table(pos, hi, lo, layout="diagonal", dtype=np.float32, width=8, xp=cp)
+    with pytest.raises(TypeError, match="positions"):
+        _cupy.sinusoid_table(np.arange(5), hi, lo, layout="split", dtype=np.float32, width=8,
+                             xp=cp)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rope_cos_sin_matches_generic(cp, layout, dtype):
+    inv = (1.0 / 10000.0 ** (np.arange(0, 16, 2) / 16)).astype(np.float32)
+    pos = np.array([[0, 7, 4096], [1, 2**20, 3]])
+    cos, sin = _cupy.rope_cos_sin(cp.asfake(pos), cp.asfake(inv), layout=layout,
+                                  attention_factor=1.25, axes=None, dtype=dtype, xp=cp)
+    rc, rs = _xp.rope_cos_sin(pos, inv, layout=layout, attention_factor=1.25, axes=None,
+                              dtype=dtype, xp=npx)
+    assert cos.shape == (2, 3, 16) and cos.dtype == dtype
+    np.testing.assert_allclose(np.asarray(cos), rc, rtol=0, atol=4 * _ulps(dtype))
+    np.testing.assert_allclose(np.asarray(sin), rs, rtol=0, atol=4 * _ulps(dtype))
+    c2, s2 = cp.empty((2, 3, 16), dtype), cp.empty((2, 3, 16), dtype)
+    got = _cupy.rope_cos_sin(cp.asfake(pos), cp.asfake(inv), layout=layout,
+                             attention_factor=1.25, axes=None, dtype=dtype, xp=cp, out=(c2, s2))
+    assert got[0] is c2 and got[1] is s2
+    np.testing.assert_array_equal(np.asarray(c2), np.asarray(cos))
+
+
+def test_rope_cos_sin_axes_take_generic(cp):
+    inv = np.array([1.0, 0.1, 0.01])
+    pos = np.array([[3, 4], [5, 6]])
+    cos, sin = _cupy.rope_cos_sin(pos, inv, layout="half", attention_factor=1.0, axes=(0, 1, 1),
+                                  dtype=np.float64, xp=npx)
+    rc, _ = _xp.rope_cos_sin(pos, inv, layout="half", attention_factor=1.0, axes=(0, 1, 1),
+                             dtype=np.float64, xp=npx)
+    np.testing.assert_array_equal(cos, rc)
+    assert not cp.launches
+
+
+# ------------------------------------------------------------------------------------------
+# apply_rope
+
+
+def _rope_ref(x, cos, sin, layout, inverse):
+    """float64 reference written out pair by pair."""
+    x = np.asarray(x, dtype=np.float64)
+    r = cos.shape[-1]
+    cos = np.broadcast_to(np.asarray(cos, np.float64), x.shape[:-1] + (r,))
+    sin = np.broadcast_to(np.asarray(sin, np.float64), x.shape[:-1] + (r,))
+    sin = -sin if inverse else sin
+    out = x.copy()
+    h = r // 2
+    for j in range(h):
+        a, b = (j, j + h) if layout == "half" else (2 * j, 2 * j + 1)
+        out[..., a] = x[..., a] * cos[..., a] - x[..., b] * sin[..., a]
+        out[..., b] = x[..., b] * cos[..., b] + x[..., a] * sin[..., b]
+    return out
+
+
+def _tables(rng, seq, r, dtype=np.float32):
+    """Rotation tables in the "half" layout (cat(f, f)) for random angles."""
+    ang = rng.uniform(-3, 3, size=(seq, r // 2))
+    ang = np.concatenate([ang, ang], axis=-1)
+    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("inverse", [False, True])
+@pytest.mark.parametrize("rotary", [8, 4])  # full and partial rotary of a head dim of 8
+def test_apply_rope_broadcast_over_heads(cp, layout, inverse, rotary):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 3, 8)).astype(np.float32)  # (batch, seq, heads, dim)
+    cos, sin = _tables(rng, 5, rotary)
+    c, s = cos[:, None, :], sin[:, None, :]  # broadcast over heads through zero strides
+    got = _cupy.apply_rope(cp.asfake(x), cp.asfake(c), cp.asfake(s), layout=layout,
+                           inverse=inverse, xp=cp)
+    ref = _xp.apply_rope(x, c, s, layout=layout, inverse=inverse, xp=npx)
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(got), _rope_ref(x, c, s, layout, inverse), rtol=0,
+                               atol=1e-6)
+    assert cp.launches[-1][0] == "arrpos::apply_rope<float>"
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_apply_rope_in_place_and_strided(cp, layout):
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((2, 6, 4, 16))  # (batch, seq, heads, dim), float64
+    x = np.swapaxes(base, 1, 2)  # (batch, heads, seq, dim): a strided view, as q.transpose
+    cos, sin = _tables(rng, 6, 12, np.float64)  # partial rotary: 12 of 16
+    ref = _rope_ref(x, cos, sin, layout, False)
+    fx = cp.asfake(x)
+    got = _cupy.apply_rope(fx, cp.asfake(cos), cp.asfake(sin), layout=layout, inverse=False,
+                           xp=cp, out=fx)
+    assert got is fx
+    np.testing.assert_allclose(x, ref, rtol=0, atol=1e-14)  # written through the view
+
+
+def test_apply_rope_inverse_round_trip(cp):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 7, 10))
+    cos, sin = _tables(rng, 7, 10, np.float64)
+    fx = cp.asfake(x.copy())
+    for inverse in (False, True):
+        _cupy.apply_rope(fx, cp.asfake(cos), cp.asfake(sin), layout="half", inverse=inverse,
+                         xp=cp, out=fx)
+    np.testing.assert_allclose(np.asarray(fx), x, rtol=0, atol=1e-14)
+
+
+def test_apply_rope_float16(cp):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 2, 8)).astype(np.float16)
+    cos, sin = _tables(rng, 4, 8, np.float16)
+    got = np.asarray(_cupy.apply_rope(cp.asfake(x), cp.asfake(cos[:, None]),
+                                      cp.asfake(sin[:, None]), layout="half", inverse=False,
+                                      xp=cp))
+    assert got.dtype == np.float16
+    exact = _rope_ref(x, cos[:, None], sin[:, None], "half", False)
+    # float32 arithmetic, one rounding: within half an ulp of float16 of the exact result
+    # (plus float32 rounding in between)
+    assert np.all(np.abs(got - exact) <= np.abs(exact) * 2**-11 * 1.01 + 2**-24)
+
+
+def test_apply_rope_bfloat16_storage(cp):
+    """bfloat16 arrives from torch as int16 bits; the kernel computes in float32."""
+    rng = np.random.default_rng(4)
+    xv = _bf16_value(_bf16_bits(rng.standard_normal((3, 2, 8))))
+    cv, sv = (_bf16_value(_bf16_bits(t)) for t in _tables(rng, 3, 8))
+    x, c, s = (cp.asfake(_bf16_bits(t)) for t in (xv, cv[:, None], sv[:, None]))
+    out = cp.empty(x.shape, np.int16)
+    _cupy._apply_rope(x, c, s, layout="interleaved", inverse=False, out=out, storage="bfloat16")
+    got = _bf16_value(np.asarray(out))
+    exact = _rope_ref(xv, cv[:, None], sv[:, None], "interleaved", False)
+    assert np.all(np.abs(got - exact) <= np.abs(exact) * 2**-8 * 1.01 + 1e-30)
+    np.testing.assert_array_equal(np.asarray(out), _bf16_bits(exact.astype(np.float32)))
+
+
+def test_apply_rope_overlapping_out_goes_through_a_temporary(cp):
+    rng = np.random.default_rng(5)
+    buf = rng.standard_normal((6, 8))
+    x = buf[:5]
+    cos, sin = _tables(rng, 5, 8, np.float64)
+    ref = _rope_ref(x, cos, sin, "half", False)
+    out = cp.asfake(buf[1:])  # overlaps x shifted by one row: a race for a direct launch
+    _cupy.apply_rope(cp.asfake(x), cp.asfake(cos), cp.asfake(sin), layout="half",
+                     inverse=False, xp=cp, out=out)
+    np.testing.assert_allclose(buf[1:], ref, rtol=0, atol=1e-14)
+
+
+def test_apply_rope_many_axes_takes_generic(cp):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 3, 2, 3, 2, 4))
+    cos = rng.standard_normal((2, 1, 2, 1, 2, 4))  # alternating broadcast: 5 axes stay apart
+    sin = rng.standard_normal((2, 1, 2, 1, 2, 4))
+    got = _cupy.apply_rope(cp.asfake(x), cp.asfake(cos), cp.asfake(sin), layout="half",
+                           inverse=False, xp=npx)
+    np.testing.assert_allclose(np.asarray(got), _rope_ref(x, cos, sin, "half", False), atol=1e-14)
+    assert not cp.launches
+
+
+def test_apply_rope_errors(cp):
+    x = cp.asfake(np.zeros((2, 8), np.float32))
+    c = cp.asfake(np.zeros((2, 8), np.float32))
+    with pytest.raises(TypeError, match="cos and sin"):
+        _cupy.apply_rope(x, cp.asfake(np.zeros((2, 8))), c, layout="half", inverse=False, xp=cp)
+    with pytest.raises(ValueError, match="rotary width"):
+        _cupy.apply_rope(x, cp.asfake(np.zeros((2, 3), np.float32)),
+                         cp.asfake(np.zeros((2, 3), np.float32)), layout="half", inverse=False,
+                         xp=cp)
+    with pytest.raises(ValueError, match="out"):
+        _cupy.apply_rope(x, c, c, layout="half", inverse=False, xp=cp,
+                         out=cp.empty((2, 4), np.float32))
+    with pytest.raises(ValueError, match="broadcast"):
+        _cupy.apply_rope(x, cp.asfake(np.zeros((3, 8), np.float32)),
+                         cp.asfake(np.zeros((3, 8), np.float32)), layout="half", inverse=False,
+                         xp=cp)
+    with pytest.raises(ValueError, match="layout"):
+        _cupy.apply_rope(x, c, c, layout="neox", inverse=False, xp=cp)
+    assert not cp.launches
+
+
+# ------------------------------------------------------------------------------------------
+# ALiBi
+
+
+@pytest.mark.parametrize("mode", ["causal", "symmetric", "key"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_alibi_matches_generic(cp, mode, dtype):
+    slopes = (2.0 ** -np.arange(1, 5)).astype(dtype)
+    got = _cupy.alibi_bias(cp.asfake(slopes), 3, 7, mode=mode, query_offset=2, dtype=dtype,
+                           xp=cp)
+    ref = _xp.alibi_bias(slopes, 3, 7, mode=mode, query_offset=2, dtype=dtype, xp=npx)
+    assert got.shape == (4, 3, 7) and got.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(got), ref)  # powers of two: exact either way
+    np.testing.assert_array_equal(np.signbit(np.asarray(got)), np.signbit(ref))
+
+
+def test_alibi_default_offset_and_bf16(cp):
+    slopes = np.array([0.3, 0.07])
+    ref = _xp.alibi_bias(slopes, 4, 9, mode="causal", query_offset=5, dtype=np.float64, xp=npx)
+    got = _cupy.alibi_bias(cp.asfake(slopes), 4, 9, mode="causal", query_offset=None,
+                           dtype=np.float64, xp=cp)
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-15)
+    out = cp.empty((2, 4, 9), np.int16)
+    _cupy._alibi_into(cp.asfake(slopes), 4, 9, mode="symmetric", query_offset=5, out=out,
+                      storage="bfloat16")
+    exact = _xp.alibi_bias(slopes, 4, 9, mode="symmetric", query_offset=5, dtype=np.float64,
+                           xp=npx)
+    np.testing.assert_array_equal(np.asarray(out), _bf16_bits(exact.astype(np.float32)))
+
+
+def test_launch_shape(cp):
+    hi, lo = power_frequencies(3, 6, 10000.0)
+    _cupy.sinusoid_table(cp.asfake(np.arange(1000)), hi, lo, layout="split", dtype=np.float32,
+                         width=6, xp=cp)
+    name, grid, block = cp.launches[-1]
+    assert block == (4, 64)  # 3 frequencies per row -> 4 threads across, 64 rows per block
+    assert grid == (min(-(-1000 // 64), 32 * 2),)
