@@ -33,7 +33,7 @@ _LAYOUTS = ("interleaved", "split")
 
 
 def _table(xp, positions, hi, lo, *, layout, dtype, width):
-    impl = _dispatch.select("sinusoid_table", xp, dtype=dtype)
+    impl = _dispatch.select("sinusoid_table", xp, dtype=dtype, arrays=(positions,))
     return impl.sinusoid_table(positions, hi, lo, layout=layout, dtype=dtype, width=width, xp=xp)
 
 

@@ -12,7 +12,14 @@ import os
 from ._backends import _xp
 from ._lib import backend_name
 
-__all__ = ["compiled_available", "extensions_disabled", "gpu_module", "numpy_module", "select"]
+__all__ = [
+    "compiled_available",
+    "extensions_disabled",
+    "gpu_module",
+    "numpy_module",
+    "select",
+    "torch_cpu_module",
+]
 
 _NUMPY_MODULE = None
 _NUMPY_ERROR: str | None = None
@@ -78,4 +85,17 @@ def select(op: str, xp, *, dtype=None, arrays=()):
         mod = gpu_module(name, arrays)
         if mod is not None and hasattr(mod, op) and mod.supports(op, dtype, arrays):
             return mod
+        if name == "torch" and mod is None:
+            mod = torch_cpu_module()
+            if mod is not None and hasattr(mod, op) and mod.supports(op, dtype, arrays):
+                return mod
     return _xp
+
+
+def torch_cpu_module():
+    """Torch CPU tensors -> the compiled NumPy kernels through DLPack (None when those are off)."""
+    if numpy_module() is None:
+        return None
+    from ._backends import _torch_cpu
+
+    return _torch_cpu

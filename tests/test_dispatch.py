@@ -33,10 +33,49 @@ def test_numpy_float16_takes_generic():
     assert _impl_name(b, "float16") == "_xp"
 
 
-@pytest.mark.parametrize("name", ["array_api_strict", "jax", "dask", "torch"])
+@pytest.mark.parametrize("name", ["array_api_strict", "jax", "dask"])
 def test_other_namespaces_take_generic(name):
     b = get_backend(name)
     assert _impl_name(b, "float32") == "_xp"
+
+
+def _select_rope(x, cos, sin):
+    import array_api_compat
+
+    xp = array_api_compat.array_namespace(x)
+    mod = _dispatch.select("apply_rope", xp, dtype=x.dtype, arrays=(x, cos, sin, None))
+    return mod.__name__.rsplit(".", 1)[-1]
+
+
+def test_torch_cpu_without_grad_takes_kernels_through_dlpack():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 5, 3, 8)
+    cos, sin = torch.randn(5, 1, 8), torch.randn(5, 1, 8)
+    assert _select_rope(x, cos, sin) == ("_xp" if NO_EXT else "_torch_cpu")
+    # zero-copy: rotating in place changes the caller's tensor storage
+    ptr = x.data_ptr()
+    ref = arrpos.apply_rope(x.clone(), cos, sin)
+    got = arrpos.apply_rope(x, cos, sin, out=x)
+    assert got is x and x.data_ptr() == ptr
+    torch.testing.assert_close(x, ref, rtol=0, atol=1e-6)
+
+
+def test_torch_requiring_grad_takes_generic_path():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 5, 3, 8, requires_grad=True)
+    cos, sin = torch.randn(5, 1, 8), torch.randn(5, 1, 8)
+    assert _select_rope(x, cos, sin) == "_xp"
+    y = arrpos.apply_rope(x, cos, sin)
+    assert y.requires_grad
+    y.sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape
+
+
+def test_torch_half_precision_takes_generic_path():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 5, 3, 8, dtype=torch.bfloat16)
+    cos = sin = torch.randn(5, 1, 8, dtype=torch.bfloat16)
+    assert _select_rope(x, cos, sin) == "_xp"
 
 
 def test_env_var_forces_generic():

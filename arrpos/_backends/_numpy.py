@@ -1,22 +1,26 @@
 """NumPy adapter around the compiled CPU kernels (``arrpos._backends._cpu``).
 
 Same function names and signatures as ``_xp``; this module allocates outputs, makes the small
-inputs contiguous, caches per-frequency tables and picks the thread count. It is imported only
-when the extension could be built.
+inputs contiguous, caches per-frequency tables, chooses threads and streaming stores, and hands
+anything the kernels cannot serve (unusual strides, mixed dtypes, multimodal axes) back to
+``_xp``. It is imported only when the extension could be built.
 """
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 
 from . import _cpu, _xp
 
-__all__ = ["max_threads", "sinusoid_table", "thread_count"]
+__all__ = ["apply_rope", "max_threads", "rope_cos_sin", "sinusoid_table", "thread_count"]
 
-_BLOCK = 64  # rows per block of the sinusoid kernel: R table of 64 rows stays in L2
+_BLOCK = 64  # rows per block of the table kernels: the 64-row rotation table stays in L2
 _PARALLEL_MIN = 1 << 16  # output elements below which one thread runs (thread start-up ~ µs)
+_STREAM_MIN_BYTES = 8 << 20  # outputs above this bypass the cache (no read-for-ownership)
 _LAYOUT_CODE = {"interleaved": 0, "split": 1, "split_cos": 2}
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _NP_XP = None
 
 
@@ -54,6 +58,14 @@ def _rotation_tables(hi_bytes: bytes, lo_bytes: bytes):
     return tables
 
 
+def _check_out(out, shape, dtype, name="out"):
+    if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(
+            f"{name} must be a C-contiguous {np.dtype(dtype).name} array of shape {shape}, "
+            f"got {out.dtype} {out.shape}"
+        )
+
+
 def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     """Twin of ``_xp.sinusoid_table`` for NumPy float32/float64 output.
 
@@ -67,15 +79,103 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     nf = hi.shape[0]
     if out is None:
         out = np.empty((pos.shape[0], width), dtype=dtype)
-    elif out.shape != shape + (width,) or out.dtype != dtype or not out.flags.c_contiguous:
-        raise ValueError(
-            f"out must be a C-contiguous {np.dtype(dtype).name} array of shape "
-            f"{shape + (width,)}, got {out.dtype} {out.shape}"
-        )
-    out = out.reshape(pos.shape[0], width)
+    else:
+        _check_out(out, shape + (width,), dtype)
+    out2 = out.reshape(pos.shape[0], width)
     nthreads = thread_count(out.size)
-    work = np.empty((nthreads, 4 * nf), dtype=np.float64)
-    _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, work, out, _LAYOUT_CODE[layout], nthreads)
+    work = np.empty((nthreads, 4 * nf + width), dtype=np.float64)
+    _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, work, out2, _LAYOUT_CODE[layout], nthreads,
+                        out.nbytes >= _STREAM_MIN_BYTES)
     if width > 2 * nf:
-        out[:, 2 * nf :] = 0
-    return out.reshape(shape + (width,))
+        out2[:, 2 * nf :] = 0
+    return out2.reshape(shape + (width,))
+
+
+def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
+    """Twin of ``_xp.rope_cos_sin``: cos/sin tables ``P + (2F,)`` from exact rotations."""
+    if axes is not None or np.dtype(dtype) not in _KERNEL_DTYPES:
+        return _xp.rope_cos_sin(positions, inv_freq, layout=layout,
+                                attention_factor=attention_factor, axes=axes, dtype=dtype, xp=xp,
+                                out=out)
+    pos = np.ascontiguousarray(positions, dtype=np.float64).reshape(-1)
+    shape = tuple(np.shape(positions))
+    w = np.ascontiguousarray(inv_freq, dtype=np.float64).reshape(-1)
+    lo = np.zeros_like(w)
+    rc, rs, pc, ps = _rotation_tables(w.tobytes(), lo.tobytes())
+    nf = w.shape[0]
+    full = shape + (2 * nf,)
+    if out is None:
+        cos = np.empty(full, dtype=dtype)
+        sin = np.empty(full, dtype=dtype)
+    else:
+        cos, sin = out
+        _check_out(cos, full, dtype, "out[0]")
+        _check_out(sin, full, dtype, "out[1]")
+    n = pos.shape[0]
+    nthreads = thread_count(2 * cos.size)
+    work = np.empty((nthreads, 8 * nf), dtype=np.float64)
+    _cpu.rope_table(pos, rc, rs, pc, ps, w, lo, work, cos.reshape(n, 2 * nf),
+                    sin.reshape(n, 2 * nf), layout == "interleaved", float(attention_factor),
+                    nthreads, 2 * cos.nbytes >= _STREAM_MIN_BYTES)
+    return cos, sin
+
+
+def _as4d(a):
+    """A view of ``a`` with exactly 4 axes (leading axes merged or added), or None if that needs
+    a copy."""
+    if a.ndim == 4:
+        return a
+    if a.ndim < 4:
+        return a[(None,) * (4 - a.ndim)]
+    try:
+        return np.reshape(a, (-1,) + a.shape[-3:], copy=False)
+    except ValueError:
+        return None
+
+
+def _kernel_ok(a, dtype):
+    return a.dtype == dtype and (a.strides[-1] == a.itemsize or a.shape[-1] <= 1)
+
+
+def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope``; strided and broadcast cos/sin are read in place, not copied."""
+    dt = x.dtype
+    inplace = out is not None and (out is x or (
+        out.__array_interface__["data"][0] == x.__array_interface__["data"][0]
+        and out.strides == x.strides and out.shape == x.shape))
+    if not (dt in _KERNEL_DTYPES and _kernel_ok(x, dt) and _kernel_ok(cos, dt)
+            and _kernel_ok(sin, dt) and (out is None or _kernel_ok(out, dt))
+            and (inplace or out is None or not np.may_share_memory(out, x))
+            and (not inplace or x.flags.writeable)):
+        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=out)
+    lead = x.shape[:-1]
+    R = cos.shape[-1]
+    if cos.shape[:-1] != lead:
+        cos = np.broadcast_to(cos, lead + (R,))
+    if sin.shape[:-1] != lead:
+        sin = np.broadcast_to(sin, lead + (R,))
+    res = out if out is not None else np.empty(x.shape, dtype=dt)
+    x4, c4, s4, o4 = _as4d(x), _as4d(cos), _as4d(sin), _as4d(res)
+    if x4 is None or c4 is None or s4 is None or o4 is None:
+        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=out)
+    nthreads = thread_count(x.size)
+    work = _work_rows(nthreads, x.shape[-1], dt)
+    _cpu.apply_rope(x4, c4, s4, o4, work, layout == "interleaved", inverse, inplace, nthreads,
+                    not inplace and res.nbytes >= _STREAM_MIN_BYTES)
+    return res
+
+
+_SCRATCH = threading.local()
+
+
+def _work_rows(nthreads, d, dtype):
+    """Scratch rows for the OpenMP threads, reused between calls (a decode step should not
+    allocate); one set per Python thread, since kernels run with the GIL released."""
+    cache = getattr(_SCRATCH, "rows", None)
+    if cache is None:
+        cache = _SCRATCH.rows = {}
+    key = (nthreads, d, dtype)
+    w = cache.get(key)
+    if w is None:
+        w = cache[key] = np.empty((nthreads, d), dtype=dtype)
+    return w
