@@ -277,4 +277,8 @@ class FakeCupy:
     def may_share_memory(a, b):
         return np.may_share_memory(a, b)
 
+    @staticmethod
+    def from_dlpack(t):
+        return _fake(np.from_dlpack(t))
+
     asfake = staticmethod(_fake)

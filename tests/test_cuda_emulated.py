@@ -321,3 +321,68 @@ def test_launch_shape(cp):
     name, grid, block = cp.launches[-1]
     assert block == (4, 64)  # 3 frequencies per row -> 4 threads across, 64 rows per block
     assert grid == (min(-(-1000 // 64), 32 * 2),)
+
+
+# ------------------------------------------------------------------------------------------
+# the torch bridge (CPU tensors stand in for CUDA ones; streams are not emulated)
+
+
+@pytest.fixture
+def bridge(cp, monkeypatch):
+    import contextlib
+
+    torch = pytest.importorskip("torch")
+    from arrpos._backends import _torch_cuda
+
+    monkeypatch.setattr(_torch_cuda, "_on_torch_stream", lambda device: contextlib.nullcontext())
+    return torch, _torch_cuda
+
+
+def test_torch_bridge_bfloat16_in_place(bridge, cp):
+    torch, tc = bridge
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 2, 8, generator=g).to(torch.bfloat16)
+    ang = torch.rand(3, 1, 4, generator=g, dtype=torch.float64) * 6
+    ang = torch.cat([ang, ang], dim=-1)
+    cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+    exact = _rope_ref(x.double().numpy(), cos.double().numpy(), sin.double().numpy(), "half",
+                      False)
+    ptr, version = x.data_ptr(), x._version
+    got = tc.apply_rope(x, cos, sin, layout="half", inverse=False, xp=None, out=x)
+    assert got is x and x.data_ptr() == ptr and x.dtype == torch.bfloat16
+    assert x._version > version  # autograd told about the write
+    want = torch.from_numpy(exact.astype(np.float32)).to(torch.bfloat16)
+    assert torch.equal(x, want)
+    assert cp.launches[-1][0] == "arrpos::apply_rope<arrpos::bfloat16>"
+
+
+def test_torch_bridge_tables_and_alibi(bridge, cp):
+    torch, tc = bridge
+    hi, lo = power_frequencies(4, 8, 10000.0)
+    pos = torch.arange(6)
+    table = tc.sinusoid_table(pos, hi, lo, layout="interleaved", dtype=torch.float32, width=8,
+                              xp=None)
+    ref = _xp.sinusoid_table(np.arange(6), hi, lo, layout="interleaved", dtype=np.float32,
+                             width=8, xp=npx)
+    assert isinstance(table, torch.Tensor) and table.dtype == torch.float32
+    np.testing.assert_allclose(table.numpy(), ref, rtol=0, atol=2.4e-7)
+    inv = torch.tensor([1.0, 0.01], dtype=torch.float32)
+    cos, sin = tc.rope_cos_sin(pos, inv, layout="interleaved", attention_factor=1.0, axes=None,
+                               dtype=torch.float64, xp=None)
+    rc, rs = _xp.rope_cos_sin(np.arange(6), inv.numpy(), layout="interleaved",
+                              attention_factor=1.0, axes=None, dtype=np.float64, xp=npx)
+    np.testing.assert_allclose(cos.numpy(), rc, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(sin.numpy(), rs, rtol=0, atol=1e-15)
+    bias = tc.alibi_bias(torch.tensor([0.5, 0.25], dtype=torch.bfloat16), 2, 5, mode="causal",
+                         query_offset=3, dtype=torch.bfloat16, xp=None)
+    ref = _xp.alibi_bias(np.array([0.5, 0.25]), 2, 5, mode="causal", query_offset=3,
+                         dtype=np.float64, xp=npx)
+    assert bias.dtype == torch.bfloat16
+    np.testing.assert_array_equal(bias.double().numpy(), ref)
+
+
+def test_torch_bridge_declines_cpu_and_grad_tensors(bridge):
+    torch, tc = bridge
+    x = torch.zeros(2, 8)
+    assert not tc.supports("apply_rope", x.dtype, (x, x, x))  # not CUDA
+    assert not tc.supports("apply_rope", x.dtype, ())  # device unknown without arrays
