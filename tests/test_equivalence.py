@@ -91,3 +91,149 @@ def test_kernel_checks_shapes():
     with pytest.raises(ValueError):  # non-contiguous output is refused by the memoryview
         _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, work,
                             np.empty((10, 16), np.float32)[:, ::2], 0, 1)
+
+
+# ---- RoPE kernels --------------------------------------------------------------------------
+
+ROPE_LAYOUTS = ["half", "interleaved"]
+
+
+@st.composite
+def rope_case(draw):
+    """x of 1-6 axes with a random axis order (non-contiguous leading strides), cos/sin of
+    a narrower or equal rotary width that broadcast over some leading axes."""
+    ndim = draw(st.integers(1, 6))
+    lead = draw(st.lists(st.integers(1, 4), min_size=ndim - 1, max_size=ndim - 1))
+    half_r = draw(st.integers(1, 12))
+    extra = draw(st.integers(0, 6))
+    d = 2 * half_r + extra
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    seed = draw(st.integers(0, 2**31))
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=tuple(lead) + (d,)).astype(dtype)
+    perm = draw(st.permutations(range(ndim - 1))) if ndim > 1 else []
+    x = np.transpose(np.ascontiguousarray(np.transpose(base, list(perm) + [ndim - 1])),
+                     list(np.argsort(perm)) + [ndim - 1]) if ndim > 1 else base
+    # cos/sin: size 1 (broadcast) on a random subset of leading axes, maybe fewer axes
+    cshape = [1 if draw(st.booleans()) else n for n in lead]
+    drop = draw(st.integers(0, len(cshape)))
+    cshape = tuple(cshape[drop:]) + (2 * half_r,)
+    cos = rng.normal(size=cshape).astype(dtype)
+    sin = rng.normal(size=cshape).astype(dtype)
+    if draw(st.booleans()):
+        for a in (x, cos, sin):
+            a.flags.writeable = False
+    return x, cos, sin
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=rope_case(), layout=st.sampled_from(ROPE_LAYOUTS), inverse=st.booleans())
+def test_apply_rope_out_of_place(case, layout, inverse):
+    x, cos, sin = case
+    a = _numpy.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp)
+    b = _xp.apply_rope(xp.asarray(x), cos, sin, layout=layout, inverse=inverse, xp=xp)
+    assert a.shape == x.shape and a.dtype == x.dtype
+    tol = 1e-13 if x.dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(a, b, rtol=0, atol=tol)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=rope_case(), layout=st.sampled_from(ROPE_LAYOUTS), inverse=st.booleans())
+def test_apply_rope_in_place(case, layout, inverse):
+    x, cos, sin = case
+    x = x.copy()  # writable, C-contiguous
+    ref = _xp.apply_rope(xp.asarray(x.copy()), cos, sin, layout=layout, inverse=inverse, xp=xp)
+    got = _numpy.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=x)
+    assert got is x
+    tol = 1e-13 if x.dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(x, ref, rtol=0, atol=tol)
+
+
+def test_apply_rope_strided_in_place_view():
+    """In place on a non-contiguous view (a head slice of a fused qkv buffer)."""
+    rng = np.random.default_rng(1)
+    qkv = rng.normal(size=(2, 7, 3, 4, 16)).astype(np.float32)
+    q = qkv[:, :, 0]  # (2, 7, 4, 16), strides skip k and v
+    cos = rng.normal(size=(7, 1, 16)).astype(np.float32)
+    sin = rng.normal(size=(7, 1, 16)).astype(np.float32)
+    ref = _xp.apply_rope(xp.asarray(q.copy()), cos, sin, layout="half", inverse=False, xp=xp)
+    k_before = qkv[:, :, 1].copy()
+    _numpy.apply_rope(q, cos, sin, layout="half", inverse=False, xp=xp, out=q)
+    np.testing.assert_allclose(qkv[:, :, 0], ref, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(qkv[:, :, 1], k_before)  # neighbours untouched
+
+
+def test_apply_rope_large_streaming_and_threads():
+    """Above the streaming threshold and the thread threshold (2 threads where available)."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2, 256, 32, 128)).astype(np.float32)  # 8 MiB
+    cos = rng.normal(size=(256, 1, 128)).astype(np.float32)
+    sin = rng.normal(size=(256, 1, 128)).astype(np.float32)
+    for layout in ROPE_LAYOUTS:
+        a = _numpy.apply_rope(x, cos, sin, layout=layout, inverse=False, xp=xp)
+        b = _xp.apply_rope(xp.asarray(x), cos, sin, layout=layout, inverse=False, xp=xp)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_apply_rope_declines_what_it_cannot_serve():
+    """Mixed dtypes and a non-contiguous last axis go to the generic path, with its result."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 4, 16)).astype(np.float32)
+    cos64 = rng.normal(size=(4, 16))
+    a = _numpy.apply_rope(x, cos64, cos64, layout="half", inverse=False, xp=xp)
+    b = _xp.apply_rope(xp.asarray(x), cos64, cos64, layout="half", inverse=False, xp=xp)
+    np.testing.assert_array_equal(a, b)
+    xs = rng.normal(size=(3, 4, 32)).astype(np.float32)[..., ::2]
+    c = rng.normal(size=(4, 16)).astype(np.float32)
+    a = _numpy.apply_rope(xs, c, c, layout="interleaved", inverse=True, xp=xp)
+    b = _xp.apply_rope(xp.asarray(xs), c, c, layout="interleaved", inverse=True, xp=xp)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+@settings(max_examples=50, deadline=None)
+@given(pos=int_positions, half=st.integers(1, 40), layout=st.sampled_from(ROPE_LAYOUTS),
+       dtype=st.sampled_from([np.float32, np.float64]),
+       factor=st.sampled_from([1.0, 1.2, 0.5]), base=st.sampled_from([1e4, 5e5]))
+def test_rope_cos_sin_tables(pos, half, layout, dtype, factor, base):
+    inv = (1.0 / base ** (np.arange(half) * 2.0 / (2 * half))).astype(np.float32)
+    a = _numpy.rope_cos_sin(pos, inv, layout=layout, attention_factor=factor, axes=None,
+                            dtype=dtype, xp=xp)
+    b = _xp.rope_cos_sin(xp.asarray(pos), xp.asarray(inv), layout=layout,
+                         attention_factor=factor, axes=None, dtype=dtype, xp=xp)
+    tol = 1e-13 if dtype == np.float64 else 1.2e-7 * max(1.0, factor)
+    for u, v in zip(a, b):
+        assert u.shape == v.shape == np.shape(pos) + (2 * half,) and u.dtype == dtype
+        np.testing.assert_allclose(u, v, rtol=0, atol=tol)
+
+
+@settings(max_examples=30, deadline=None)
+@given(pos=real_positions, half=st.integers(1, 16), layout=st.sampled_from(ROPE_LAYOUTS))
+def test_rope_cos_sin_real_positions(pos, half, layout):
+    inv = 1.0 / 1e4 ** (np.arange(half) * 2.0 / (2 * half))
+    a = _numpy.rope_cos_sin(pos, inv, layout=layout, attention_factor=1.0, axes=None,
+                            dtype=np.float64, xp=xp)
+    b = _xp.rope_cos_sin(xp.asarray(pos), xp.asarray(inv), layout=layout,
+                         attention_factor=1.0, axes=None, dtype=np.float64, xp=xp)
+    for u, v in zip(a, b):
+        np.testing.assert_allclose(u, v, rtol=0, atol=1e-13)
+
+
+def test_rope_kernels_check_shapes():
+    from arrpos._backends import _cpu
+
+    x = np.zeros((1, 2, 3, 8), np.float32)
+    c = np.zeros((1, 2, 3, 8), np.float32)
+    w = np.zeros((1, 8), np.float32)
+    with pytest.raises(ValueError, match="rotary width"):
+        _cpu.apply_rope(x, c[..., :3], c[..., :3], x.copy(), w, False, False, False, 1)
+    with pytest.raises(ValueError, match="sin"):
+        _cpu.apply_rope(x, c, c[:, :1], x.copy(), w, False, False, False, 1)
+    with pytest.raises(ValueError, match="out"):
+        _cpu.apply_rope(x, c, c, np.zeros((1, 2, 3, 6), np.float32), w, False, False, False, 1)
+    with pytest.raises(ValueError, match="contiguous"):
+        _cpu.apply_rope(np.zeros((1, 2, 3, 16), np.float32)[..., ::2], c, c, x.copy(), w,
+                        False, False, False, 1)
+    with pytest.raises(ValueError, match="inplace"):
+        _cpu.apply_rope(x, c, c, x.copy(), w, False, False, True, 1)
+    with pytest.raises(ValueError, match="work"):
+        _cpu.apply_rope(x, c, c, x.copy(), w, False, False, False, 3)
