@@ -81,3 +81,99 @@ def mae_2d_sincos(embed_dim, grid_h, grid_w):
     emb_h = one(embed_dim // 2, grid[0])
     emb_w = one(embed_dim // 2, grid[1])
     return np.concatenate([emb_h, emb_w], axis=1)
+
+
+# --- RoPE: the published formulas as plain float64 Python loops (REFERENCE.md, transformers 5) ---
+
+
+def rope_default_loop(dim, base):
+    return [1.0 / base ** (2 * i / dim) for i in range(dim // 2)]
+
+
+def rope_linear_loop(dim, base, factor):
+    return [w / factor for w in rope_default_loop(dim, base)], 1.0
+
+
+def rope_dynamic_loop(dim, base, factor, max_positions, seq_len=None):
+    length = max_positions if seq_len is None else max(seq_len, max_positions)
+    new_base = base * (factor * length / max_positions - (factor - 1)) ** (dim / (dim - 2))
+    return rope_default_loop(dim, new_base), 1.0
+
+
+def rope_yarn_loop(dim, base, factor, original, beta_fast=32.0, beta_slow=1.0, mscale=None,
+                   mscale_all_dim=None, attention_factor=None, truncate=True):
+    def get_mscale(s, m=1.0):
+        return 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0
+
+    if attention_factor is None:
+        if mscale and mscale_all_dim:
+            attention_factor = get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+        else:
+            attention_factor = get_mscale(factor)
+
+    def corr(r):
+        return dim * math.log(original / (r * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = corr(beta_fast), corr(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    out = []
+    for i, w in enumerate(rope_default_loop(dim, base)):
+        ramp = min(max((i - low) / (high - low), 0.0), 1.0)
+        extra = 1.0 - ramp
+        out.append((w / factor) * (1 - extra) + w * extra)
+    return out, attention_factor
+
+
+def rope_longrope_loop(dim, base, short, long, original, factor=None, max_positions=None,
+                       attention_factor=None, seq_len=None):
+    if factor is None:
+        factor = 1.0 if max_positions is None else max_positions / original
+    if attention_factor is None:
+        attention_factor = (1.0 if factor <= 1.0
+                            else math.sqrt(1 + math.log(factor) / math.log(original)))
+    ext = long if (seq_len is not None and seq_len > original) else short
+    return [1.0 / (e * base ** (2 * i / dim)) for i, e in enumerate(ext)], attention_factor
+
+
+def rope_llama3_loop(dim, base, factor, low_ff, high_ff, original):
+    low_wl, high_wl = original / low_ff, original / high_ff
+    out = []
+    for w in rope_default_loop(dim, base):
+        wl = 2 * math.pi / w
+        if wl < high_wl:
+            out.append(w)
+        elif wl > low_wl:
+            out.append(w / factor)
+        else:
+            s = (original / wl - low_ff) / (high_ff - low_ff)
+            out.append((1 - s) * w / factor + s * w)
+    return out, 1.0
+
+
+def rope_proportional_loop(dim, base, prf, factor=1.0):
+    k = int(prf * dim // 2)
+    return [(1.0 / base ** (2 * j / dim) if j < k else 0.0) / factor
+            for j in range(dim // 2)], 1.0
+
+
+def rope_tables_exact(positions, inv_freq, layout="half", attention_factor=1.0):
+    """(cos, sin) P + (2F,) of RoPE at 40 digits for the float64 frequencies given."""
+    freqs = [mp.mpf(float(w)) for w in np.asarray(inv_freq, dtype=np.float64)]
+    s, c = exact_sincos(positions, freqs)
+    s, c = s * attention_factor, c * attention_factor
+    if layout == "half":
+        return np.concatenate([c, c], -1), np.concatenate([s, s], -1)
+    return np.repeat(c, 2, axis=-1), np.repeat(s, 2, axis=-1)
+
+
+def rotate_half_np(x):
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+
+def rotate_every_two_np(x):
+    return np.stack([-x[..., 1::2], x[..., 0::2]], axis=-1).reshape(x.shape)

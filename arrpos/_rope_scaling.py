@@ -1,0 +1,326 @@
+"""RoPE frequency scalings (transformers 5 ``modeling_rope_utils``), computed on the host in float64.
+
+Each scaling is an immutable value object: equal by value, hashable, with a readable repr, its
+parameters checked when it is made. ``_inv_freq(dim, base, seq_len)`` returns the float64
+frequencies of a rotary width ``dim`` and the attention factor, by the formulas of
+transformers' ``ROPE_INIT_FUNCTIONS`` (shared/REFERENCE.md lists them with their traps).
+The unscaled frequencies ``base ** (-2i / dim)`` are correctly rounded (``arrpos._exact``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ._exact import power_frequencies
+from ._lib import check_positive_int, check_real_scalar
+
+__all__ = [
+    "DynamicNTKScaling",
+    "LinearScaling",
+    "Llama3Scaling",
+    "LongRopeScaling",
+    "ProportionalScaling",
+    "RopeScaling",
+    "YarnScaling",
+]
+
+
+def _default_inv_freq(dim: int, base: float) -> np.ndarray:
+    return np.array(power_frequencies(dim // 2, dim, float(base))[0], dtype=np.float64)
+
+
+def _factor(value, name: str) -> float:
+    value = check_real_scalar(value, name)
+    if value < 1.0:
+        raise ValueError(f"{name} must be >= 1 (a scaling stretches the context), got {value}")
+    return value
+
+
+def _optional_real(value, name: str, *, positive: bool = False):
+    return None if value is None else check_real_scalar(value, name, positive=positive)
+
+
+class RopeScaling:
+    """Base class of the RoPE scalings; subclasses are frozen dataclasses."""
+
+    rope_type: str = ""
+
+    def _inv_freq(self, dim: int, base: float, seq_len):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _set(self, name, value):  # frozen dataclass: normalise fields in __post_init__
+        object.__setattr__(self, name, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearScaling(RopeScaling):
+    """Position interpolation (kaiokendev; Chen et al. 2023): ``inv_freq / factor``.
+
+    transformers ``rope_type="linear"``.
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> arrpos.LinearScaling(4)
+    LinearScaling(factor=4.0)
+    >>> arrpos.rope_frequencies(8, scaling=arrpos.LinearScaling(4))[0].tolist()
+    [0.25, 0.025, 0.0025, 0.00025]
+    """
+
+    factor: float
+    rope_type = "linear"
+
+    def __post_init__(self):
+        self._set("factor", _factor(self.factor, "factor"))
+
+    def _inv_freq(self, dim, base, seq_len):
+        return _default_inv_freq(dim, base) / self.factor, 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicNTKScaling(RopeScaling):
+    """Dynamic NTK-aware scaling (/u/bloc97, /u/emozilla): a larger base past ``max_positions``.
+
+    For ``L = max(seq_len, max_positions)``:
+    ``base' = base * (factor * L / max_positions - (factor - 1)) ** (dim / (dim - 2))``; at or
+    below ``max_positions`` (and with ``seq_len=None``) the frequencies are the default ones.
+    transformers ``rope_type="dynamic"`` (which uses ``max_position_embeddings``).
+    """
+
+    factor: float
+    max_positions: int
+    rope_type = "dynamic"
+
+    def __post_init__(self):
+        self._set("factor", _factor(self.factor, "factor"))
+        self._set("max_positions", check_positive_int(self.max_positions, "max_positions"))
+
+    def _inv_freq(self, dim, base, seq_len):
+        if dim < 4:
+            raise ValueError(f"dim must be >= 4 for DynamicNTKScaling (exponent dim/(dim-2)), "
+                             f"got {dim}")
+        length = self.max_positions if seq_len is None else max(seq_len, self.max_positions)
+        new_base = base * ((self.factor * length / self.max_positions) - (self.factor - 1)) ** (
+            dim / (dim - 2)
+        )
+        return _default_inv_freq(dim, new_base), 1.0
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class YarnScaling(RopeScaling):
+    """YaRN (Peng et al. 2023) as transformers 5 computes it (``rope_type="yarn"``).
+
+    Frequencies ramp from interpolated (``inv / factor``) to unchanged between the correction
+    dimensions of ``beta_fast`` and ``beta_slow`` rotations over ``original_max_positions``
+    (floored/ceiled when ``truncate``). The attention factor is ``attention_factor`` if given,
+    else ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)`` when both are set and
+    non-zero (DeepSeek), else ``0.1 ln(factor) + 1``.
+    """
+
+    factor: float
+    original_max_positions: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    truncate: bool = True
+    rope_type = "yarn"
+
+    def __init__(self, factor, original_max_positions, *, beta_fast=32.0, beta_slow=1.0,
+                 mscale=None, mscale_all_dim=None, attention_factor=None, truncate=True):
+        # an explicit __init__ makes everything after original_max_positions keyword-only
+        self._set("factor", _factor(factor, "factor"))
+        self._set("original_max_positions",
+                  check_positive_int(original_max_positions, "original_max_positions"))
+        beta_fast = check_real_scalar(beta_fast, "beta_fast", positive=True)
+        beta_slow = check_real_scalar(beta_slow, "beta_slow", positive=True)
+        if beta_fast < beta_slow:
+            raise ValueError(f"beta_fast must be >= beta_slow, got beta_fast={beta_fast}, "
+                             f"beta_slow={beta_slow}")
+        self._set("beta_fast", beta_fast)
+        self._set("beta_slow", beta_slow)
+        self._set("mscale", _optional_real(mscale, "mscale"))
+        self._set("mscale_all_dim", _optional_real(mscale_all_dim, "mscale_all_dim"))
+        self._set("attention_factor",
+                  _optional_real(attention_factor, "attention_factor", positive=True))
+        if not isinstance(truncate, bool):
+            raise TypeError(f"truncate must be a bool, got {type(truncate).__name__} {truncate!r}")
+        self._set("truncate", truncate)
+
+    def _attention_factor(self) -> float:
+        if self.attention_factor is not None:
+            return self.attention_factor
+        if self.mscale and self.mscale_all_dim:
+            return float(_yarn_mscale(self.factor, self.mscale)
+                         / _yarn_mscale(self.factor, self.mscale_all_dim))
+        return _yarn_mscale(self.factor)
+
+    def _inv_freq(self, dim, base, seq_len):
+        def correction_dim(rotations):
+            return (dim * math.log(self.original_max_positions / (rotations * 2 * math.pi))) / (
+                2 * math.log(base)
+            )
+
+        low, high = correction_dim(self.beta_fast), correction_dim(self.beta_slow)
+        if self.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)  # dim - 1, not dim/2 - 1: as transformers
+        if low == high:
+            high += 0.001  # transformers' guard against a zero-width ramp
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+        extrapolation = 1.0 - ramp
+        inv = _default_inv_freq(dim, base)
+        inv = (inv / self.factor) * (1.0 - extrapolation) + inv * extrapolation
+        return inv, self._attention_factor()
+
+
+def _factor_list(values, name: str) -> tuple:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(f"{name} must be a sequence of numbers, got {type(values).__name__}")
+    out = tuple(check_real_scalar(v, f"{name}[{i}]", positive=True)
+                for i, v in enumerate(list(values)))
+    if not out:
+        raise ValueError(f"{name} must not be empty")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class LongRopeScaling(RopeScaling):
+    """Phi-3 LongRoPE (``rope_type="longrope"``): per-frequency divisors, short or long set.
+
+    ``inv[i] = base ** (-2i/dim) / ext[i]`` with ``ext = long_factor`` when
+    ``seq_len > original_max_positions`` (strictly; ``seq_len`` is the largest position + 1),
+    else ``short_factor``. ``factor`` defaults to ``max_positions / original_max_positions``
+    (1 when ``max_positions`` is not given either); the attention factor defaults to
+    ``sqrt(1 + ln(factor) / ln(original_max_positions))`` (1 when ``factor <= 1``).
+    """
+
+    short_factor: tuple
+    long_factor: tuple
+    original_max_positions: int
+    factor: float | None = None
+    max_positions: int | None = None
+    attention_factor: float | None = None
+    rope_type = "longrope"
+
+    def __init__(self, short_factor, long_factor, original_max_positions, *, factor=None,
+                 max_positions=None, attention_factor=None):
+        short = _factor_list(short_factor, "short_factor")
+        long = _factor_list(long_factor, "long_factor")
+        if len(short) != len(long):
+            raise ValueError(f"short_factor and long_factor must have the same length, got "
+                             f"{len(short)} and {len(long)}")
+        self._set("short_factor", short)
+        self._set("long_factor", long)
+        self._set("original_max_positions",
+                  check_positive_int(original_max_positions, "original_max_positions"))
+        self._set("factor", None if factor is None else _factor(factor, "factor"))
+        self._set("max_positions",
+                  None if max_positions is None else check_positive_int(max_positions,
+                                                                        "max_positions"))
+        self._set("attention_factor",
+                  _optional_real(attention_factor, "attention_factor", positive=True))
+
+    def _attention_factor(self) -> float:
+        if self.attention_factor is not None:
+            return self.attention_factor
+        factor = self.factor
+        if factor is None:
+            factor = (1.0 if self.max_positions is None
+                      else self.max_positions / self.original_max_positions)
+        if factor <= 1.0:
+            return 1.0
+        return math.sqrt(1 + math.log(factor) / math.log(self.original_max_positions))
+
+    def _inv_freq(self, dim, base, seq_len):
+        if len(self.short_factor) != dim // 2:
+            raise ValueError(
+                f"short_factor and long_factor must have dim // 2 = {dim // 2} entries for "
+                f"dim={dim}, got {len(self.short_factor)}"
+            )
+        use_long = seq_len is not None and seq_len > self.original_max_positions
+        ext = np.array(self.long_factor if use_long else self.short_factor, dtype=np.float64)
+        return _default_inv_freq(dim, base) / ext, self._attention_factor()
+
+
+@dataclasses.dataclass(frozen=True)
+class Llama3Scaling(RopeScaling):
+    """Llama 3.1 frequency-dependent scaling (``rope_type="llama3"``).
+
+    With wavelength ``wl = 2 pi / inv``: ``wl > original_max_positions / low_freq_factor`` is
+    divided by ``factor``, ``wl < original_max_positions / high_freq_factor`` is kept, and the
+    band between (boundaries included) is blended with
+    ``s = (original_max_positions / wl - low_freq_factor) / (high_freq_factor - low_freq_factor)``.
+    """
+
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_positions: int = 8192
+    rope_type = "llama3"
+
+    def __post_init__(self):
+        self._set("factor", _factor(self.factor, "factor"))
+        low = check_real_scalar(self.low_freq_factor, "low_freq_factor", positive=True)
+        high = check_real_scalar(self.high_freq_factor, "high_freq_factor", positive=True)
+        if low >= high:
+            raise ValueError(f"low_freq_factor must be < high_freq_factor, got "
+                             f"low_freq_factor={low}, high_freq_factor={high}")
+        self._set("low_freq_factor", low)
+        self._set("high_freq_factor", high)
+        self._set("original_max_positions",
+                  check_positive_int(self.original_max_positions, "original_max_positions"))
+
+    def _inv_freq(self, dim, base, seq_len):
+        inv = _default_inv_freq(dim, base)
+        orig = self.original_max_positions
+        low_wl, high_wl = orig / self.low_freq_factor, orig / self.high_freq_factor
+        wl = 2 * math.pi / inv
+        scaled = np.where(wl > low_wl, inv / self.factor, inv)
+        smooth = (orig / wl - self.low_freq_factor) / (self.high_freq_factor - self.low_freq_factor)
+        smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
+        medium = ~(wl < high_wl) & ~(wl > low_wl)
+        return np.where(medium, smoothed, scaled), 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ProportionalScaling(RopeScaling):
+    """Gemma-style proportional RoPE (``rope_type="proportional"``).
+
+    The first ``int(partial_rotary_factor * dim // 2)`` frequencies are ``base ** (-2j / dim)``
+    (denominator: the whole width ``dim``), the rest zero (those pairs do not turn); all are
+    divided by ``factor``. Unlike a partial rotary width, the table stays ``dim`` wide.
+    """
+
+    partial_rotary_factor: float
+    factor: float = 1.0
+    rope_type = "proportional"
+
+    def __post_init__(self):
+        prf = check_real_scalar(self.partial_rotary_factor, "partial_rotary_factor")
+        if not 0.0 <= prf <= 1.0:
+            raise ValueError(f"partial_rotary_factor must be in [0, 1], got {prf}")
+        self._set("partial_rotary_factor", prf)
+        self._set("factor", _factor(self.factor, "factor"))
+
+    def _inv_freq(self, dim, base, seq_len):
+        k = int(self.partial_rotary_factor * dim // 2)
+        inv = np.zeros(dim // 2, dtype=np.float64)
+        inv[:k] = _default_inv_freq(dim, base)[:k]
+        return inv / self.factor, 1.0
+
+
+SCALINGS = (LinearScaling, DynamicNTKScaling, YarnScaling, LongRopeScaling, Llama3Scaling,
+            ProportionalScaling)
+
+
+def is_scaling(obj) -> bool:
+    return isinstance(obj, RopeScaling)
+
