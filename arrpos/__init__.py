@@ -5,8 +5,21 @@ the same numbers; NumPy inputs take compiled CPU kernels and CuPy inputs CUDA ke
 those serve better. See ``shared/API.md`` for the contract and the README for a tour.
 """
 from ._absolute import decode_sinusoidal, grid_coords, sinusoidal, sinusoidal_nd, timestep_embedding
-from ._attention import PositionProperties, attention, properties, similarity
+from ._rope import (
+    DynamicNTKScaling,
+    LinearScaling,
+    Llama3Scaling,
+    LongRopeScaling,
+    ProportionalScaling,
+    RoPE,
+    YarnScaling,
+    apply_rope,
+    mrope_axes,
+    rope_cos_sin,
+    rope_frequencies,
+)
 from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_slopes
+from ._attention import PositionProperties, attention, properties, similarity
 from ._conv import conv_positional, conv_positional_2d
 from ._learned import learned_init, lookup, resample
 from ._relative import (
@@ -31,15 +44,27 @@ __all__ = sorted(
         "sinusoidal",
         "sinusoidal_nd",
         "timestep_embedding",
+        # rotary
+        "DynamicNTKScaling",
+        "LinearScaling",
+        "Llama3Scaling",
+        "LongRopeScaling",
+        "ProportionalScaling",
+        "RoPE",
+        "YarnScaling",
+        "apply_rope",
+        "mrope_axes",
+        "rope_cos_sin",
+        "rope_frequencies",
+        # alibi
+        "alibi_bias",
+        "alibi_bias_from_mask",
+        "alibi_slopes",
         # attention and analysis
         "PositionProperties",
         "attention",
         "properties",
         "similarity",
-        # alibi
-        "alibi_bias",
-        "alibi_bias_from_mask",
-        "alibi_slopes",
         # convolutional
         "conv_positional",
         "conv_positional_2d",

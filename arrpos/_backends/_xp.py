@@ -204,6 +204,89 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     return table
 
 
+
+
+# --- rotary position embedding (RoPE) -----------------------------------------------------------
+
+
+def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
+    """RoPE tables ``(cos, sin)``, each ``P + (2F,)`` with ``F = len(inv_freq)``.
+
+    ``axes`` (a tuple of ``F`` ints, or None): positions then carry a trailing coordinate axis
+    and frequency ``i`` turns with ``positions[..., axes[i]]``. Angles go through :func:`sincos`:
+    float64 where the device has it (the float32 ``inv_freq`` of a model casts exactly), else
+    the exact float32 path. ``attention_factor`` scales in the working precision, then one
+    rounding to ``dtype``. ``layout``: ``"half"`` -> ``[f | f]``, ``"interleaved"`` -> each
+    frequency twice. ``out``: an optional ``(cos_out, sin_out)`` pair to write into.
+    """
+    device = _device(positions)
+    work = xp.float64 if has_float64(xp, device) else xp.float32
+    w = xp.astype(inv_freq, work)
+    if axes is not None:
+        idx = xp.asarray(list(axes), dtype=xp.int32 if work == xp.float32 else xp.int64,
+                         device=device)
+        pos = xp.take(positions, idx, axis=positions.ndim - 1)  # P + (F,), one per frequency
+        s, c = sincos(pos, w, None, xp=xp, per_frequency=True)
+    else:
+        s, c = sincos(positions, w, None, xp=xp)
+    if attention_factor != 1.0:
+        s = s * attention_factor
+        c = c * attention_factor
+    c = xp.astype(c, dtype)
+    s = xp.astype(s, dtype)
+    full = c.shape[:-1] + (2 * c.shape[-1],)
+    if layout == "half":
+        cos, sin = xp.concat([c, c], axis=-1), xp.concat([s, s], axis=-1)
+    else:
+        cos = xp.reshape(xp.stack([c, c], axis=-1), full)
+        sin = xp.reshape(xp.stack([s, s], axis=-1), full)
+    if out is not None:
+        out[0][...] = cos
+        out[1][...] = sin
+        return out
+    return cos, sin
+
+
+def _rotate(xr, layout, xp):
+    """The 90-degree partner of each feature: half -> ``[-x2 | x1]``, interleaved -> ``(-x1, x0)``."""
+    r = xr.shape[-1]
+    if layout == "half":
+        return xp.concat([-xr[..., r // 2:], xr[..., : r // 2]], axis=-1)
+    pairs = xp.stack([-xr[..., 1::2], xr[..., 0::2]], axis=-1)
+    return xp.reshape(pairs, xr.shape)
+
+
+def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
+    """Rotate the first ``cos.shape[-1]`` features of ``x``; the rest pass through.
+
+    ``x * cos + rotate(x) * sin`` (``- ... * sin`` when ``inverse``), computed in the promoted
+    dtype of ``x`` and the tables and rounded once to ``x.dtype``. Without ``out`` nothing is
+    written in place, so autograd (torch, JAX) sees an ordinary expression. ``out`` (x's shape
+    and dtype, possibly ``x`` itself) receives the result.
+    """
+    r = cos.shape[-1]
+    d = x.shape[-1]
+    xr = x[..., :r] if r < d else x
+    rot = _rotate(xr, layout, xp)
+    y = xr * cos - rot * sin if inverse else xr * cos + rot * sin
+    if y.dtype != x.dtype:
+        y = xp.astype(y, x.dtype)
+    if out is not None:
+        if r < d:
+            out[..., :r] = y
+            if out is not x:
+                out[..., r:] = x[..., r:]
+        else:
+            out[...] = y
+        return out
+    if r < d:
+        y = xp.concat([y, x[..., r:]], axis=-1)
+    return y
+
+
+__all__ += ["apply_rope", "rope_cos_sin"]
+
+
 def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
     """ALiBi bias ``(heads, query_len, key_len)`` for 1-D ``slopes`` (validated by the caller).
 
