@@ -25,8 +25,13 @@ _NUMPY_MODULE = None
 _NUMPY_ERROR: str | None = None
 
 
+# read once, at import: the choice must not change between two calls of one program
+_DISABLED = os.environ.get("ARRPOS_NO_EXTENSIONS", "") not in ("", "0")
+
+
 def extensions_disabled() -> bool:
-    return os.environ.get("ARRPOS_NO_EXTENSIONS", "") not in ("", "0")
+    """Whether ``ARRPOS_NO_EXTENSIONS`` was set (to anything but 0) when arrpos was imported."""
+    return _DISABLED
 
 
 def numpy_module():
@@ -77,10 +82,11 @@ def select(op: str, xp, *, dtype=None, arrays=()):
     the array arguments (a compiled twin may decline inputs it cannot serve: strides, grads).
     """
     name = backend_name(xp)
-    if name == "numpy" and dtype is not None and _is_float32_or_64(xp, dtype):
-        mod = numpy_module()
-        if mod is not None and hasattr(mod, op):
-            return mod
+    if name == "numpy":
+        if dtype is not None and _is_float32_or_64(xp, dtype):
+            mod = _NUMPY_MODULE if _NUMPY_MODULE is not None else numpy_module()
+            if mod is not None and hasattr(mod, op):
+                return mod
     elif name in ("cupy", "torch"):
         mod = gpu_module(name, arrays)
         if mod is not None and hasattr(mod, op) and mod.supports(op, dtype, arrays):

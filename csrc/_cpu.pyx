@@ -324,14 +324,22 @@ cdef void _check_shape4(str name, Py_ssize_t *shape, Py_ssize_t a, Py_ssize_t b,
                          f"{(shape[0], shape[1], shape[2], shape[3])}")
 
 
+cdef void _check_table4(str name, Py_ssize_t *shape, Py_ssize_t a, Py_ssize_t b, Py_ssize_t c,
+                        Py_ssize_t r) except *:
+    if (shape[0] != a and shape[0] != 1) or (shape[1] != b and shape[1] != 1) \
+            or (shape[2] != c and shape[2] != 1) or shape[3] != r:
+        raise ValueError(f"{name} must have shape {(a, b, c, r)} or 1 on broadcast axes, got "
+                         f"{(shape[0], shape[1], shape[2], shape[3])}")
+
+
 def apply_rope(const floating[:, :, :, :] x, const floating[:, :, :, :] cos,
                const floating[:, :, :, :] sin, floating[:, :, :, :] out,
                floating[:, ::1] work, bint interleaved, bint inverse, bint inplace,
                int nthreads, bint stream=False):
     """Rotate the first ``R = cos.shape[3]`` features of 4-d ``x`` into ``out``.
 
-    ``cos``/``sin`` have x's leading shape (broadcast with zero strides is fine); every last axis
-    must be contiguous (checked), the other axes may have any strides. ``inplace``: ``out`` is ``x`` (only ``out`` is written). ``work``:
+    ``cos``/``sin`` have x's leading shape or 1 on an axis (read with stride 0: broadcast); every
+    last axis must be contiguous (checked), the other axes may have any strides. ``inplace``: ``out`` is ``x`` (only ``out`` is written). ``work``:
     ``(>= nthreads, >= D)`` scratch for streaming stores.
     """
     cdef Py_ssize_t A = x.shape[0], B = x.shape[1], C = x.shape[2], D = x.shape[3]
@@ -345,8 +353,8 @@ def apply_rope(const floating[:, :, :, :] x, const floating[:, :, :, :] cos,
     cdef floating sgn = -1 if inverse else 1
     if R < 2 or R % 2 or R > D:
         raise ValueError(f"the rotary width cos.shape[-1] must be even, >= 2 and <= {D}, got {R}")
-    _check_shape4("cos", cos.shape, A, B, C, R)
-    _check_shape4("sin", sin.shape, A, B, C, R)
+    _check_table4("cos", cos.shape, A, B, C, R)
+    _check_table4("sin", sin.shape, A, B, C, R)
     _check_shape4("out", out.shape, A, B, C, D)
     if nthreads < 1 or work.shape[0] < nthreads or work.shape[1] < D:
         raise ValueError("work must be (>= nthreads, >= D) with nthreads >= 1")
@@ -358,8 +366,8 @@ def apply_rope(const floating[:, :, :, :] x, const floating[:, :, :, :] cos,
                 or out.strides[i] % item:
             raise ValueError("strides must be multiples of the item size")
         xs[i] = x.strides[i] // item
-        cs[i] = cos.strides[i] // item
-        ss[i] = sin.strides[i] // item
+        cs[i] = 0 if cos.shape[i] == 1 else cos.strides[i] // item  # size 1: broadcast
+        ss[i] = 0 if sin.shape[i] == 1 else sin.strides[i] // item
         os[i] = out.strides[i] // item
     n = A * B
     if n == 0 or C == 0 or D == 0:

@@ -227,7 +227,7 @@ def test_rope_kernels_check_shapes():
     with pytest.raises(ValueError, match="rotary width"):
         _cpu.apply_rope(x, c[..., :3], c[..., :3], x.copy(), w, False, False, False, 1)
     with pytest.raises(ValueError, match="sin"):
-        _cpu.apply_rope(x, c, c[:, :1], x.copy(), w, False, False, False, 1)
+        _cpu.apply_rope(x, c, c[:, :, :2], x.copy(), w, False, False, False, 1)
     with pytest.raises(ValueError, match="out"):
         _cpu.apply_rope(x, c, c, np.zeros((1, 2, 3, 6), np.float32), w, False, False, False, 1)
     with pytest.raises(ValueError, match="contiguous"):

@@ -120,9 +120,11 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     return cos, sin
 
 
-def _as4d(a):
-    """A view of ``a`` with exactly 4 axes (leading axes merged or added), or None if that needs
-    a copy."""
+def _as4d(a, ndim):
+    """A view of ``a`` with exactly 4 axes: leading axes of size 1 added up to ``ndim`` and then
+    to 4, or leading axes merged; None if merging needs a copy."""
+    if a.ndim < ndim:
+        a = a[(None,) * (ndim - a.ndim)]
     if a.ndim == 4:
         return a
     if a.ndim < 4:
@@ -137,6 +139,12 @@ def _kernel_ok(a, dtype):
     return a.dtype == dtype and (a.strides[-1] == a.itemsize or a.shape[-1] <= 1)
 
 
+# fused Cython functions dispatch on their argument types at every call; a decode step cannot
+# afford that, so the specialisations are looked up once
+_APPLY = {np.dtype(np.float32): _cpu.apply_rope["float"],
+          np.dtype(np.float64): _cpu.apply_rope["double"]}
+
+
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope``; strided and broadcast cos/sin are read in place, not copied."""
     dt = x.dtype
@@ -148,20 +156,23 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
             and (inplace or out is None or not np.may_share_memory(out, x))
             and (not inplace or x.flags.writeable)):
         return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=out)
-    lead = x.shape[:-1]
-    R = cos.shape[-1]
-    if cos.shape[:-1] != lead:
-        cos = np.broadcast_to(cos, lead + (R,))
-    if sin.shape[:-1] != lead:
-        sin = np.broadcast_to(sin, lead + (R,))
     res = out if out is not None else np.empty(x.shape, dtype=dt)
-    x4, c4, s4, o4 = _as4d(x), _as4d(cos), _as4d(sin), _as4d(res)
-    if x4 is None or c4 is None or s4 is None or o4 is None:
+    nd = x.ndim
+    x4, o4 = _as4d(x, nd), _as4d(res, nd)
+    if x4 is None or o4 is None:
+        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=out)
+    c4, s4 = _as4d(cos, nd), _as4d(sin, nd)
+    if c4 is None or s4 is None or (nd > 4 and (c4.shape[:-1] != x4.shape[:-1]
+                                                or s4.shape[:-1] != x4.shape[:-1])):
+        # more than 4 axes with broadcast tables: materialise the (small) tables' broadcast
+        lead = x.shape[:-1] + (cos.shape[-1],)
+        c4 = _as4d(np.broadcast_to(cos, lead), nd)
+        s4 = _as4d(np.broadcast_to(sin, lead), nd)
+    if c4 is None or s4 is None:
         return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=out)
     nthreads = thread_count(x.size)
-    work = _work_rows(nthreads, x.shape[-1], dt)
-    _cpu.apply_rope(x4, c4, s4, o4, work, layout == "interleaved", inverse, inplace, nthreads,
-                    not inplace and res.nbytes >= _STREAM_MIN_BYTES)
+    _APPLY[dt](x4, c4, s4, o4, _work_rows(nthreads, x.shape[-1], dt), layout == "interleaved",
+               inverse, inplace, nthreads, not inplace and res.nbytes >= _STREAM_MIN_BYTES)
     return res
 
 

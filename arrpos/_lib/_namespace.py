@@ -7,6 +7,7 @@ __all__ = [
     "array_namespace",
     "backend_name",
     "default_float",
+    "dtype_kind",
     "device_of",
     "has_float64",
     "is_float_dtype",
@@ -43,12 +44,33 @@ def namespace_for(xp):
     return ns
 
 
+# type(array) -> namespace, for the types whose namespace depends on the type alone; a decode
+# step calls this on every layer, and array-api-compat's full inference costs microseconds.
+_TYPE_NAMESPACE: dict[type, object] = {}
+
+
+def _namespace_by_type(found):
+    t = type(found[0])
+    ns = _TYPE_NAMESPACE.get(t)
+    if ns is None:
+        return None
+    for a in found[1:]:
+        if type(a) is not t:
+            return None
+    return ns
+
+
 def array_namespace(*arrays, xp=None, name="arrays"):
     """Namespace of the array arguments (None and Python scalars ignored).
 
     With no array, ``xp`` if given, else NumPy. A mix of libraries is a TypeError naming ``name``.
     """
-    found = [a for a in arrays if a is not None and _is_array(a)]
+    found = [a for a in arrays if a is not None and not isinstance(a, (bool, int, float, complex))]
+    if xp is None and found:
+        ns = _namespace_by_type(found)
+        if ns is not None:
+            return ns
+    found = [a for a in found if _is_array(a)]
     if xp is not None:
         ns = namespace_for(xp)
         if found:
@@ -62,10 +84,17 @@ def array_namespace(*arrays, xp=None, name="arrays"):
     if not found:
         return namespace_for(_numpy())
     try:
-        return _compat.array_namespace(*found)
+        ns = _compat.array_namespace(*found)
     except TypeError as exc:
         kinds = ", ".join(sorted({type(a).__module__ + "." + type(a).__name__ for a in found}))
         raise TypeError(f"{name} come from different array libraries ({kinds}): {exc}") from None
+    t = type(found[0])
+    if all(type(a) is t for a in found) and (
+        _compat.is_numpy_array(found[0]) or _compat.is_torch_array(found[0])
+        or _compat.is_cupy_array(found[0])
+    ):
+        _TYPE_NAMESPACE[t] = ns
+    return ns
 
 
 def _numpy():
@@ -101,12 +130,36 @@ def has_float64(xp, device=None) -> bool:
         return "float64" in info.dtypes(kind="real floating")
 
 
+_DTYPE_KIND: dict[tuple[int, object], str] = {}
+
+
+def dtype_kind(xp, dtype) -> str:
+    """"bool", "integral", "real floating", "complex floating" or "other"; cached because
+    ``isdtype`` is slow on some namespaces and runs on every call."""
+    key = (id(xp), dtype)
+    try:
+        return _DTYPE_KIND[key]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable dtype object
+        return _dtype_kind(xp, dtype)
+    kind = _DTYPE_KIND[key] = _dtype_kind(xp, dtype)
+    return kind
+
+
+def _dtype_kind(xp, dtype) -> str:
+    for kind in ("bool", "integral", "real floating", "complex floating"):
+        if xp.isdtype(dtype, kind):
+            return kind
+    return "other"
+
+
 def is_float_dtype(xp, dtype) -> bool:
-    return xp.isdtype(dtype, "real floating")
+    return dtype_kind(xp, dtype) == "real floating"
 
 
 def is_integer_dtype(xp, dtype) -> bool:
-    return xp.isdtype(dtype, "integral")
+    return dtype_kind(xp, dtype) == "integral"
 
 
 def is_lazy(x) -> bool:
@@ -124,9 +177,19 @@ def is_lazy(x) -> bool:
     return True
 
 
+_BACKEND_NAME: dict[int, str] = {}
+
+
 def backend_name(xp) -> str:
     """Short name of the library behind a compat namespace: numpy, cupy, torch, jax, dask,
     array_api_strict, or the module name for anything else."""
+    name = _BACKEND_NAME.get(id(xp))
+    if name is None:
+        name = _BACKEND_NAME[id(xp)] = _backend_name(xp)
+    return name
+
+
+def _backend_name(xp) -> str:
     if _compat.is_numpy_namespace(xp):
         return "numpy"
     if _compat.is_cupy_namespace(xp):

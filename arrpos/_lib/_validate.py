@@ -4,6 +4,8 @@ from __future__ import annotations
 import numbers
 import operator
 
+from ._namespace import dtype_kind
+
 __all__ = [
     "check_choice",
     "check_dtype_arg",
@@ -68,14 +70,15 @@ def check_choice(value, name: str, allowed) -> str:
 def check_real_array(xp, x, name: str, *, integer_ok: bool = True, float_ok: bool = True):
     """Reject boolean, complex and (when asked) integer or floating arrays, naming ``name``."""
     dt = x.dtype
-    if xp.isdtype(dt, "bool") or xp.isdtype(dt, "complex floating"):
-        raise TypeError(f"{name} must be a real (integer or floating) array, got dtype {dt}")
-    if xp.isdtype(dt, "integral"):
-        if not integer_ok:
-            raise TypeError(f"{name} must be a floating array, got dtype {dt}")
-    elif xp.isdtype(dt, "real floating"):
+    kind = dtype_kind(xp, dt)
+    if kind == "real floating":
         if not float_ok:
             raise TypeError(f"{name} must be an integer array, got dtype {dt}")
+    elif kind == "integral":
+        if not integer_ok:
+            raise TypeError(f"{name} must be a floating array, got dtype {dt}")
+    elif kind in ("bool", "complex floating"):
+        raise TypeError(f"{name} must be a real (integer or floating) array, got dtype {dt}")
     else:
         raise TypeError(f"{name} must be a numeric array, got dtype {dt}")
     return x
