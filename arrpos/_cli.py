@@ -193,6 +193,7 @@ def _figure(args: argparse.Namespace) -> Any:
 
     kind = args.kind
     if kind == "sinusoidal":
+        _require("sinusoidal")
         pe = arrpos.sinusoidal(args.length, args.dim, base=args.base, layout=args.layout)
         return plot.table(pe, title=f"sinusoidal encoding ({args.length} x {args.dim}, "
                                     f"{args.layout}, base {args.base:g})")
@@ -201,6 +202,7 @@ def _figure(args: argparse.Namespace) -> Any:
         if args.table:
             tab = _load_npy(args.table, "--table")
         else:
+            _require("sinusoidal")
             tab = arrpos.sinusoidal(args.length, args.dim, base=args.base)
         return plot.similarity(tab, metric=args.metric)
     if kind == "rope-decay":
@@ -255,6 +257,7 @@ def _cmd_table(args: argparse.Namespace) -> int:
     kind = args.kind
     if kind == "sinusoidal":
         _check_suffix(args.output, (".npy",))
+        _require("sinusoidal")
         arr = arrpos.sinusoidal(args.length, args.dim, base=args.base, layout=args.layout,
                                 dtype=dtype)
         np.save(args.output, arr)
@@ -309,7 +312,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     run = importlib.import_module("benchmarks.run")
-    found = Path(run.__file__).resolve().parent.parent
+    found = Path(run.__file__ or "").resolve().parent.parent
     if found != root:
         raise CommandError(f"a different 'benchmarks' package ({found}) shadows {root}/benchmarks")
     start = time.perf_counter()

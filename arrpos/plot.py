@@ -269,8 +269,10 @@ def rope_decay(dim: int = 128, /, *, max_distance: int = 256, base: float = 1000
     q = arrpos.apply_rope(ones, cos, sin)
     k = arrpos.apply_rope(ones[:1, :], cos[:1, :], sin[:1, :])
     score = to_host(ns.sum(q * k, axis=-1), "score").astype(np.float64) / int(cos.shape[-1])
-    # The bound needs only the frequencies; float64 on the host is plenty.
-    theta = to_host(inv_freq, "inv_freq").astype(np.float64)
+    # The bound is a property of the frequencies alone: take them in float64 from NumPy, not
+    # rounded to the backend's float32.
+    theta, _ = arrpos.rope_frequencies(dim, base=base, scaling=scaling,
+                                       seq_len=max_distance + 1, dtype=np.float64)
     r = np.arange(max_distance + 1, dtype=np.float64)
     partial = np.cumsum(np.exp(1j * r[:, None] * theta[None, :]), axis=1)
     bound = np.abs(partial).mean(axis=1)
@@ -295,8 +297,9 @@ def _namespace_of(x: Any) -> Any:
 
 
 def _heads_grid(bias: np.ndarray, heads: Any, title: str, cmap: str,
-                figsize: tuple[float, float] | None, xlabel: str, ylabel: str) -> Figure:
-    """One small heatmap per head with a shared colour scale."""
+                figsize: tuple[float, float] | None, xlabel: str, ylabel: str, *,
+                labels: list[str] | None = None, symmetric: bool = False) -> Figure:
+    """One small heatmap per head with a shared colour scale (centred on 0 if ``symmetric``)."""
     n = bias.shape[0]
     sel = list(range(n)) if heads is None else [int(h) for h in heads]
     for h in sel:
@@ -309,21 +312,26 @@ def _heads_grid(bias: np.ndarray, heads: Any, title: str, cmap: str,
     fig = Figure(figsize=figsize or (2.6 * ncols + 1.0, 2.6 * nrows + 0.6), layout="constrained")
     grid = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True)
     lo, hi = float(np.nanmin(bias[sel])), float(np.nanmax(bias[sel]))
+    if symmetric:
+        hi = max(abs(lo), abs(hi))
+        lo = -hi
     if lo == hi:
         lo, hi = lo - 1.0, hi + 1.0
-    im = None
     for i, axes in enumerate(grid.flat):
         if i >= len(sel):
             axes.set_visible(False)
             continue
         im = axes.imshow(bias[sel[i]], cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest")
-        axes.set_title(f"head {sel[i]}", fontsize="small")
-    for axes in grid[-1, :]:
+        label = f"head {sel[i]}" + (f", {labels[sel[i]]}" if labels else "")
+        axes.set_title(label, fontsize="small")
+    for c in range(ncols):  # the lowest drawn panel of each column carries the x axis
+        axes = grid[(len(sel) - 1 - c) // ncols, c] if c < len(sel) else grid[0, c]
         axes.set_xlabel(xlabel)
+        axes.tick_params(labelbottom=True)
     for axes in grid[:, 0]:
         axes.set_ylabel(ylabel)
     fig.suptitle(title)
-    fig.colorbar(im, ax=grid.ravel().tolist(), shrink=0.8)
+    fig.colorbar(im, ax=grid.ravel().tolist(), shrink=0.8)  # every panel shares lo..hi
     return fig
 
 
@@ -333,7 +341,8 @@ def alibi(slopes: Any = 8, /, *, length: int = 32, mode: str = "causal", max_bia
     """ALiBi's attention bias, one panel per head (Press et al., 2022).
 
     Each panel is ``arrpos.alibi_bias(slopes, length, length, mode=mode)[h]``: query position
-    down, key position across. Steep heads forget distant keys fast, shallow heads see far.
+    down, key position across, titled with the head's slope ``m``. The colour scale is shared,
+    so the panels compare: steep heads forget distant keys fast, shallow heads see far.
 
     Parameters
     ----------
@@ -367,13 +376,14 @@ def alibi(slopes: Any = 8, /, *, length: int = 32, mode: str = "causal", max_bia
     >>> import arrpos.plot
     >>> fig = arrpos.plot.alibi(8, length=16, heads=[0, 7])
     >>> [a.get_title() for a in fig.axes if a.get_title()]
-    ['head 0', 'head 7']
+    ['head 0, m = 0.5', 'head 7, m = 0.00391']
     """
     if isinstance(slopes, int) and not isinstance(slopes, bool):
         slopes = arrpos.alibi_slopes(slopes, max_bias=max_bias)
     bias = to_host(arrpos.alibi_bias(slopes, length, length, mode=mode), "bias")
+    labels = [f"m = {m:.3g}" for m in to_host(slopes, "slopes").reshape(-1).tolist()]
     return _heads_grid(bias, heads, f"ALiBi bias ({mode})", cmap, figsize, "key position",
-                       "query position")
+                       "query position", labels=labels)
 
 
 def t5(table: Any, /, *, length: int = 64, bidirectional: bool = True, num_buckets: int | None = None,
@@ -433,7 +443,7 @@ def t5(table: Any, /, *, length: int = 64, bidirectional: bool = True, num_bucke
     bias = to_host(arrpos.relative_bias(table, idx), "bias")
     kind = "bidirectional" if bidirectional else "causal"
     return _heads_grid(bias, heads, f"T5 relative bias ({kind}, {nb} buckets)", cmap, figsize,
-                       "key position", "query position")
+                       "key position", "query position", symmetric=True)
 
 
 def _device_of(x: Any) -> Any:
