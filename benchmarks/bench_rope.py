@@ -1,0 +1,152 @@
+"""RoPE on the CPU: the compiled kernels (through the public functions, dispatch included)
+against the memory-bound baselines on the same buffers and the code users run today."""
+from __future__ import annotations
+
+import numpy as np
+
+import arrpos
+from arrpos import _dispatch
+
+from ._timing import interleaved
+
+SHAPE = (4, 2048, 32, 128)  # (batch, seq, heads, head_dim)
+DECODE = (1, 1, 32, 128)
+TABLE = (65536, 64)  # positions, frequencies: cos and sin of (65536, 128)
+
+
+def numpy_rotate_half(x, cos, sin):
+    """transformers' apply_rotary_pos_emb, written in NumPy."""
+    h = x.shape[-1] // 2
+    return x * cos + np.concatenate((-x[..., h:], x[..., :h]), axis=-1) * sin
+
+
+def numpy_rotate_every_two(x, cos, sin):
+    """GPT-J's rotate_every_two, written in NumPy."""
+    rot = np.stack((-x[..., 1::2], x[..., ::2]), axis=-1).reshape(x.shape)
+    return x * cos + rot * sin
+
+
+def _torch_reference(layout):
+    try:
+        import torch
+    except ImportError:
+        return None, None
+    torch.set_num_threads(2)
+
+    def rotate_half(x, cos, sin):
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    def rotate_every_two(x, cos, sin):
+        rot = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+        return x * cos + rot * sin
+
+    return torch, rotate_half if layout == "half" else rotate_every_two
+
+
+def _tables(seq, dim, dtype, layout):
+    inv, _ = arrpos.rope_frequencies(dim)
+    cos, sin = arrpos.rope_cos_sin(np.arange(seq), inv, layout=layout, dtype=dtype)
+    return cos[:, None, :], sin[:, None, :]  # broadcast over heads
+
+
+def _apply_rows(dtype, layout, rounds, with_users):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(SHAPE, dtype=np.float32).astype(dtype)
+    out = np.empty_like(x)
+    out.fill(1.0)
+    y = x.copy()
+    cos, sin = _tables(SHAPE[1], SHAPE[3], dtype, layout)
+    funcs = {
+        "kernel": lambda: arrpos.apply_rope(x, cos, sin, layout=layout, out=out),
+        "copyto": lambda: np.copyto(out, x),
+        "inplace": lambda: arrpos.apply_rope(y, cos, sin, layout=layout, out=y),
+        "scale": lambda: y.__imul__(1.0),
+    }
+    torch = ref = None
+    if with_users:
+        user = numpy_rotate_half if layout == "half" else numpy_rotate_every_two
+        funcs["numpy"] = lambda: user(x, cos, sin)
+        torch, ref = _torch_reference(layout)
+        if torch is not None:
+            tx, tc, ts = (torch.from_numpy(a) for a in (x, np.ascontiguousarray(cos),
+                                                         np.ascontiguousarray(sin)))
+            funcs["torch"] = lambda: ref(tx, tc, ts)
+    t = interleaved(funcs, rounds=rounds)
+    name = np.dtype(dtype).name[-2:]
+    size = f"{SHAPE} f{name}"
+    users = ""
+    if with_users:
+        users = f"{t['numpy'] / t['kernel']:.1f} x faster than numpy formula"
+        if "torch" in t:
+            users += f", {t['torch'] / t['kernel']:.1f} x than torch {ref.__name__}"
+    rows = [
+        (f"apply_rope {layout}, out of place", size, t["kernel"] * 1e3,
+         f"{t['kernel'] / t['copyto']:.2f} x np.copyto", users),
+        (f"apply_rope {layout}, in place", size, t["inplace"] * 1e3,
+         f"{t['inplace'] / t['scale']:.2f} x (x *= 1.0)", ""),
+    ]
+    return rows
+
+
+def _table_row(dtype, layout, rounds):
+    n, nf = TABLE
+    inv = arrpos.rope_frequencies(2 * nf)[0]
+    impl = _dispatch.select("rope_cos_sin", arrpos._lib.namespace_for(np), dtype=np.dtype(dtype))
+    cos = np.empty((n, 2 * nf), dtype)
+    sin = np.empty((n, 2 * nf), dtype)
+    cos.fill(1.0)
+    sin.fill(1.0)
+    pos = np.arange(n)
+
+    def numpy_formula():  # transformers' default rope: float32 angles, cat(freqs, freqs)
+        freqs = np.outer(pos.astype(np.float32), inv.astype(np.float32))
+        emb = np.concatenate((freqs, freqs), axis=-1)
+        return np.cos(emb), np.sin(emb)
+
+    t = interleaved(
+        {
+            "kernel": lambda: impl.rope_cos_sin(pos, inv, layout=layout, attention_factor=1.0,
+                                                axes=None, dtype=dtype, xp=None, out=(cos, sin)),
+            "fill": lambda: (cos.fill(0.0), sin.fill(0.0)),
+            "numpy": numpy_formula,
+        },
+        rounds=rounds,
+    )
+    return (f"rope_cos_sin {layout} into out", f"({n}, {2 * nf}) x2 f{np.dtype(dtype).name[-2:]}",
+            t["kernel"] * 1e3, f"{t['kernel'] / t['fill']:.2f} x fill",
+            f"{t['numpy'] / t['kernel']:.1f} x faster than numpy formula")
+
+
+def _decode_row(rounds):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(DECODE, dtype=np.float32)
+    out = np.empty_like(x)
+    cos, sin = _tables(1, DECODE[3], np.float32, "half")
+    cos, sin = cos[None], sin[None]  # (1, 1, 1, 128)
+    t = interleaved(
+        {
+            "kernel": lambda: arrpos.apply_rope(x, cos, sin),
+            "copy": lambda: np.copyto(out, x),
+        },
+        rounds=rounds,
+        min_time=0.05,
+    )
+    return ("apply_rope decode step (public call)", f"{DECODE} f32", t["kernel"] * 1e3,
+            f"{t['kernel'] * 1e6:.1f} us per call", f"np.copyto of the same: {t['copy'] * 1e6:.1f} us")
+
+
+def run(quick=False, rounds=None):
+    if _dispatch.numpy_module() is None:
+        return [], "rope: compiled extension unavailable, nothing to compare"
+    r = rounds or (3 if quick else 9)
+    rows = []
+    layouts = ["half"] if quick else ["half", "interleaved"]
+    for layout in layouts:
+        rows += _apply_rows(np.float32, layout, r, with_users=True)
+    if not quick:
+        rows += _apply_rows(np.float64, "half", r, with_users=False)
+    for layout in layouts:
+        rows.append(_table_row(np.float32, layout, r))
+    rows.append(_decode_row(r + 4))
+    return rows, None
