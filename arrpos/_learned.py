@@ -177,33 +177,40 @@ def lookup(table, positions, /):
     return xp.reshape(rows, shape + (table.shape[1],))
 
 
-def _weights_1d(n_in, n_out, method):
-    """Interpolation matrix ``(n_out, n_in)`` of torch's ``align_corners=False`` resampling."""
+def _weights_1d(n_in, n_out, method, single):
+    """Interpolation matrix ``(n_out, n_in)`` of torch's ``align_corners=False`` resampling.
+
+    torch forms the source coordinates and the weights in the input's precision (float for a
+    float32 input, double for float64); ``single`` repeats its float32 operations step by step
+    so that the weights are torch's own, then they are applied in the working precision.
+    """
+    f = np.float32 if single else np.float64
     m = np.zeros((n_out, n_in), dtype=np.float64)
-    scale = n_in / n_out
-    i = np.arange(n_out, dtype=np.float64)
-    src = (i + 0.5) * scale - 0.5
+    scale = f(f(n_in) / f(n_out))
+    src = scale * (np.arange(n_out).astype(f) + f(0.5)) - f(0.5)
     rows = np.arange(n_out)
     if method == "linear":
-        src = np.maximum(src, 0.0)  # torch clamps negative sources for linear modes
+        src = np.maximum(src, f(0.0))  # torch clamps negative sources for linear modes
         i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
         i1 = np.minimum(i0 + 1, n_in - 1)
-        lam = src - i0
-        np.add.at(m, (rows, i0), 1.0 - lam)
-        np.add.at(m, (rows, i1), lam)
+        lam = np.clip(src - i0.astype(f), f(0.0), f(1.0))
+        np.add.at(m, (rows, i0), (f(1.0) - lam).astype(np.float64))
+        np.add.at(m, (rows, i1), lam.astype(np.float64))
         return m
-    a = _CUBIC_A
+    a = f(_CUBIC_A)
     i0 = np.floor(src).astype(np.int64)
-    t = src - i0
+    t = src - i0.astype(f)
 
     def near(x):  # |x| <= 1
-        return ((a + 2) * x - (a + 3)) * x * x + 1
+        return ((a + f(2)) * x - (a + f(3))) * x * x + f(1)
 
     def far(x):  # 1 < |x| < 2
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+        return ((a * x - f(5) * a) * x + f(8) * a) * x - f(4) * a
 
-    for k, w in ((-1, far(t + 1)), (0, near(t)), (1, near(1 - t)), (2, far(2 - t))):
-        np.add.at(m, (rows, np.clip(i0 + k, 0, n_in - 1)), w)  # border taps clamp
+    t2 = f(1.0) - t
+    taps = ((-1, far(t + f(1.0))), (0, near(t)), (1, near(t2)), (2, far(t2 + f(1.0))))
+    for k, w in taps:
+        np.add.at(m, (rows, np.clip(i0 + k, 0, n_in - 1)), w.astype(np.float64))  # clamp
     return m
 
 
@@ -317,11 +324,12 @@ def resample(table, size, /, *, old_size=None, prefix_tokens=0, method="linear")
     # work in float64 where the device has it and round once: closer to the exact kernel
     # than any float32 accumulation order (torch's included)
     work = xp.float64 if has_float64(xp, dev) else table.dtype
+    single = table.dtype != getattr(xp, "float64", None)
     grid = xp.reshape(xp.astype(body, work), lead + old + (dim,))
     for axis, (n_in, n_out) in enumerate(zip(old, new)):
         if n_in == n_out:
             continue  # torch's weights are the identity then
-        mat = _weights_1d(n_in, n_out, method)
+        mat = _weights_1d(n_in, n_out, method, single)
         mat = xp.asarray(mat.astype(np.float64 if work == getattr(xp, "float64", None)
                                     else np.float32), dtype=work, device=dev)
         grid = _apply_axis(xp, grid, mat, axis - len(old) - 1)
