@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import _dispatch
+from ._backends import _xp
 from ._lib import (
     array_namespace,
     as_positions,
@@ -239,6 +240,15 @@ def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0,
     >>> np.round(sin[1], 4).tolist()
     [0.8415, 0.8415, 0.0998, 0.0998]
     """
+    xp, pos, inv_freq, layout, attention_factor, axes, dtype = _table_args(
+        positions, inv_freq, layout, attention_factor, axes, dtype)
+    impl = _dispatch.select("rope_cos_sin", xp, dtype=dtype, arrays=(pos, inv_freq))
+    return impl.rope_cos_sin(pos, inv_freq, layout=layout, attention_factor=attention_factor,
+                             axes=axes, dtype=dtype, xp=xp)
+
+
+def _table_args(positions, inv_freq, layout, attention_factor, axes, dtype):
+    """rope_cos_sin's arguments validated and normalised (the namespace, positions, dtype)."""
     xp = array_namespace(positions, inv_freq, name="positions and inv_freq")
     _check_array(xp, inv_freq, "inv_freq")
     check_real_array(xp, inv_freq, "inv_freq")
@@ -261,9 +271,7 @@ def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0,
     else:
         dtype = output_dtype(xp, None, dtype, device=device_of(pos))
     check_finite_range(xp, pos, "positions")
-    impl = _dispatch.select("rope_cos_sin", xp, dtype=dtype, arrays=(pos, inv_freq))
-    return impl.rope_cos_sin(pos, inv_freq, layout=layout, attention_factor=attention_factor,
-                             axes=axes, dtype=dtype, xp=xp)
+    return xp, pos, inv_freq, layout, attention_factor, axes, dtype
 
 
 def mrope_axes(sections, /, *, interleaved=False):
@@ -534,11 +542,19 @@ class RoPE:
             dtype = output_dtype(xp, pos, None, device=dev)
         if isinstance(self.scaling, _SEQ_DEPENDENT) and seq_len is None:
             seq_len = self._seq_len_from(xp, pos)
-        # the frequencies in the best precision the device has: the angles are then exact
-        work = xp.float64 if has_float64(xp, dev) else xp.float32
-        inv, att = self.frequencies(seq_len, xp, dtype=work, device=dev)
-        return rope_cos_sin(pos, inv, layout=self.layout, attention_factor=att, axes=self.axes,
-                            dtype=dtype)
+        if has_float64(xp, dev):  # float64 frequencies: the angles are exact
+            inv, att = self.frequencies(seq_len, xp, dtype=xp.float64, device=dev)
+            return rope_cos_sin(pos, inv, layout=self.layout, attention_factor=att,
+                                axes=self.axes, dtype=dtype)
+        # No float64 here (JAX without x64): carry the host float64 frequencies as a float32
+        # pair hi + lo, or the angles would be those of float32-rounded frequencies (1e-4 rad
+        # off at position 3000).
+        inv64, att = _host_frequencies(self.rotary_dim, self.base, self.scaling, seq_len)
+        w_hi, w_lo = _xp.frequency_arrays(inv64, None, xp=xp, device=dev)
+        xp, pos, _, layout, att, axes, dtype = _table_args(pos, w_hi, self.layout, att,
+                                                           self.axes, dtype)
+        return _xp.rope_cos_sin_pair(pos, w_hi, w_lo, layout=layout, attention_factor=att,
+                                     axes=axes, dtype=dtype, xp=xp)
 
     @staticmethod
     def _seq_len_from(xp, pos):

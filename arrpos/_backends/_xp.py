@@ -219,16 +219,26 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     rounding to ``dtype``. ``layout``: ``"half"`` -> ``[f | f]``, ``"interleaved"`` -> each
     frequency twice. ``out``: an optional ``(cos_out, sin_out)`` pair to write into.
     """
+    work = xp.float64 if has_float64(xp, _device(positions)) else xp.float32
+    return rope_cos_sin_pair(positions, xp.astype(inv_freq, work), None, layout=layout,
+                             attention_factor=attention_factor, axes=axes, dtype=dtype, xp=xp,
+                             out=out)
+
+
+def rope_cos_sin_pair(positions, w_hi, w_lo, *, layout, attention_factor, axes, dtype, xp,
+                      out=None):
+    """:func:`rope_cos_sin` for frequencies ``w_hi + w_lo`` in the working precision.
+
+    Generic only: a float32 pair (:func:`frequency_arrays`) carries float64 frequencies to a
+    device without float64, so the angles are those of the exact frequencies.
+    """
     device = _device(positions)
-    work = xp.float64 if has_float64(xp, device) else xp.float32
-    w = xp.astype(inv_freq, work)
     if axes is not None:
-        idx = xp.asarray(list(axes), dtype=xp.int32 if work == xp.float32 else xp.int64,
-                         device=device)
+        idx = xp.asarray(list(axes), dtype=xp.int32, device=device)
         pos = xp.take(positions, idx, axis=positions.ndim - 1)  # P + (F,), one per frequency
-        s, c = sincos(pos, w, None, xp=xp, per_frequency=True)
+        s, c = sincos(pos, w_hi, w_lo, xp=xp, per_frequency=True)
     else:
-        s, c = sincos(positions, w, None, xp=xp)
+        s, c = sincos(positions, w_hi, w_lo, xp=xp)
     if attention_factor != 1.0:
         s = s * attention_factor
         c = c * attention_factor
@@ -284,7 +294,7 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     return y
 
 
-__all__ += ["apply_rope", "rope_cos_sin"]
+__all__ += ["apply_rope", "rope_cos_sin", "rope_cos_sin_pair"]
 
 
 def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
