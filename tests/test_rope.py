@@ -219,6 +219,19 @@ def test_tables_accuracy_far_positions(backend, layout):
         assert np.abs(backend.to_numpy(s64) - rs).max() <= 1e-12
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_rope_object_tables_exact_everywhere(backend, layout):
+    """RoPE.cos_sin: float32 within 2e-7 of the table of the exact (float64) frequencies up to
+    2**24, also where the device has no float64 (JAX without x64 carries them as a pair)."""
+    rope = arrpos.RoPE(32, base=10000.0, scaling=arrpos.YarnScaling(4.0, 1024), layout=layout)
+    inv64, att = rope.frequencies(dtype=np.float64)  # NumPy, host float64
+    rc, rs = rope_tables_exact(np.array(FAR), inv64, layout, att)
+    pos = backend.asarray(np.array(FAR))
+    cos, sin = rope.cos_sin(pos, backend.xp.float32)
+    assert np.abs(backend.to_numpy(cos) - rc).max() <= 2e-7
+    assert np.abs(backend.to_numpy(sin) - rs).max() <= 2e-7
+
+
 def test_float32_model_frequencies_are_exact(backend):
     """A float32 inv_freq (a model's buffer) is cast exactly: angles of those very values."""
     inv32 = (1.0 / 10000.0 ** (np.arange(0, 16, 2) / 16)).astype(np.float32)
@@ -589,7 +602,6 @@ def test_table_errors(backend):
 
 
 def test_table_value_errors_eager():
-    b = get_backend("numpy")
     inv, _ = arrpos.rope_frequencies(8)
     with pytest.raises(ValueError, match="positions"):
         arrpos.rope_cos_sin(np.array([0.0, np.nan]), inv)
