@@ -70,11 +70,18 @@ def test_import_needs_no_cupy():
     assert out.stdout.strip() == "False"
 
 
-def test_env_var_disables_gpu_path(monkeypatch):
-    monkeypatch.setenv("ARRPOS_NO_EXTENSIONS", "1")
-    assert _dispatch.gpu_module("cupy") is None
-    monkeypatch.setenv("ARRPOS_NO_EXTENSIONS", "0")
-    assert _dispatch.gpu_module("cupy") is _cupy
+@pytest.mark.parametrize("value, expected", [("1", "None"), ("0", "arrpos._backends._cupy")])
+def test_env_var_disables_gpu_path(value, expected):
+    import os
+    import subprocess
+    import sys
+
+    code = ("import arrpos._dispatch as d; m = d.gpu_module('cupy');"
+            "print(m.__name__ if m else None)")
+    env = dict(os.environ, ARRPOS_NO_EXTENSIONS=value)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == expected
 
 
 # ------------------------------------------------------------------------------------------
