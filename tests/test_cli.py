@@ -27,11 +27,6 @@ def run_cli(*args, cwd=None, env=None):
                           capture_output=True, text=True, timeout=300)
 
 
-def need(*names):
-    missing = [n for n in names if not hasattr(arrpos, n)]
-    if missing:
-        pytest.skip(f"arrpos does not provide {', '.join(missing)} yet")
-
 
 def assert_one_line_error(res, status, *words):
     assert res.returncode == status, (res.returncode, res.stdout, res.stderr)
@@ -177,7 +172,6 @@ def rope_reference(length, dim, base, layout):
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_table_rope_npz(tmp_path, layout):
-    need("rope_frequencies", "rope_cos_sin")
     res = run_cli("table", "rope", "--length", "50", "--dim", "16", "--base", "500",
                   "--layout", layout, "-o", "rope.npz", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -191,7 +185,6 @@ def test_table_rope_npz(tmp_path, layout):
 
 
 def test_table_rope_npy_stacks_cos_then_sin(tmp_path):
-    need("rope_frequencies", "rope_cos_sin")
     res = run_cli("table", "rope", "--length", "20", "--dim", "8", "--dtype", "float64",
                   "-o", "rope.npy", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -205,7 +198,6 @@ def test_table_rope_npy_stacks_cos_then_sin(tmp_path):
 @pytest.mark.parametrize("heads", [8, 6])
 @pytest.mark.parametrize("mode", ["causal", "symmetric"])
 def test_table_alibi(tmp_path, heads, mode):
-    need("alibi_slopes", "alibi_bias")
     res = run_cli("table", "alibi", "--heads", str(heads), "--length", "10", "--mode", mode,
                   "--dtype", "float64", "-o", "alibi.npy", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -254,21 +246,18 @@ def test_plot_dpi_sets_size(tmp_path):
     assert read_png(tmp_path / "small.png").shape[:2] == (250, 400)
 
 
-PLOT_CASES = {
-    "similarity": (("similarity",), ["--length", "32", "--dim", "16"], (500, 600)),
-    "rope-decay": (("rope_frequencies", "rope_cos_sin", "apply_rope"),
-                   ["--dim", "64", "--max-distance", "100"], (600, 700)),
-    "alibi": (("alibi_slopes", "alibi_bias"), ["--heads", "4", "--length", "16"], (320, 1140)),
-    "t5": (("relative_positions", "t5_bucket", "relative_bias"),
-           ["--heads", "8", "--length", "40"], (580, 1140)),
+PLOT_CASES = {  # kind: (arguments, (height, width) of the PNG at 100 dpi)
+    "similarity": (["--length", "32", "--dim", "16"], (500, 600)),
+    "rope-decay": (["--dim", "64", "--max-distance", "100"], (600, 700)),
+    "alibi": (["--heads", "4", "--length", "16"], (320, 1140)),  # 4 panels in one row
+    "t5": (["--heads", "8", "--length", "40"], (580, 1140)),  # 2 rows of 4
 }
 
 
 @needs_mpl
 @pytest.mark.parametrize("kind", list(PLOT_CASES))
 def test_plot_kinds(tmp_path, kind):
-    names, args, (height, width) = PLOT_CASES[kind]
-    need(*names)
+    args, (height, width) = PLOT_CASES[kind]
     res = run_cli("plot", kind, *args, "-o", "fig.png", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     img = read_png(tmp_path / "fig.png")
@@ -278,7 +267,6 @@ def test_plot_kinds(tmp_path, kind):
 
 @needs_mpl
 def test_plot_t5_reads_a_table(tmp_path):
-    need("relative_positions", "t5_bucket", "relative_bias")
     np.save(tmp_path / "bias.npy", np.linspace(-1, 1, 16 * 3).reshape(16, 3))
     res = run_cli("plot", "t5", "--table", "bias.npy", "--num-buckets", "16", "-o", "t5.png",
                   cwd=tmp_path)
@@ -313,8 +301,6 @@ def test_plot_t5_reads_a_table(tmp_path):
 def test_errors_are_one_line(tmp_path, args, status, words):
     if "--table" in args and not HAS_MPL:  # arguments valid: the missing extra is the error
         words = ["matplotlib"]
-    if args[:2] == ["plot", "similarity"]:
-        need("similarity")
     res = run_cli(*args, cwd=tmp_path)
     assert_one_line_error(res, status, *words)
     assert not any(tmp_path.iterdir())  # nothing half-written

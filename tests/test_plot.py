@@ -19,11 +19,6 @@ from arrpos import plot  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 
-def need(*names):
-    missing = [n for n in names if not hasattr(arrpos, n)]
-    if missing:
-        pytest.skip(f"arrpos does not provide {', '.join(missing)} yet")
-
 
 def vaswani(length, dim, base=10000.0):
     p = np.arange(length, dtype=np.float64)[:, None]
@@ -116,7 +111,6 @@ def test_figures_save_as_png(tmp_path):
 
 @pytest.mark.parametrize("metric", ["dot", "cosine"])
 def test_similarity_every_backend(backend, metric):
-    need("similarity")
     ref = vaswani(24, 8)
     fig = plot.similarity(backend.asarray(ref), metric=metric)
     want = ref @ ref.T
@@ -128,7 +122,6 @@ def test_similarity_every_backend(backend, metric):
 
 
 def test_similarity_bad_metric_names_it():
-    need("similarity")
     with pytest.raises(ValueError, match="metric"):
         plot.similarity(np.ones((3, 4)), metric="manhattan")
 
@@ -137,7 +130,6 @@ def test_similarity_bad_metric_names_it():
 
 
 def test_rope_decay_every_backend(backend):
-    need("rope_frequencies", "rope_cos_sin", "apply_rope")
     d, n = 32, 60
     fig = plot.rope_decay(d, max_distance=n, base=100.0, xp=backend.module)
     bound_line, score_line = (ax.get_lines()[0] for ax in fig.axes[:2])
@@ -156,7 +148,6 @@ def test_rope_decay_every_backend(backend):
 
 
 def test_rope_decay_with_linear_scaling_stretches():
-    need("rope_frequencies", "rope_cos_sin", "apply_rope", "LinearScaling")
     plain = plot.rope_decay(16, max_distance=40).axes[1].get_lines()[0].get_ydata()
     slow = plot.rope_decay(16, max_distance=40, scaling=arrpos.LinearScaling(4.0))
     # Positions divided by 4: the scaled score at distance 4k is the plain score at k.
@@ -182,7 +173,6 @@ def bloom_slopes(n):
 
 
 def test_alibi_every_backend(backend):
-    need("alibi_slopes", "alibi_bias")
     slopes = [0.5, 0.25, 0.125]
     fig = plot.alibi(backend.asarray(np.array(slopes)), length=6)
     got = panels(fig)
@@ -196,7 +186,6 @@ def test_alibi_every_backend(backend):
 
 @pytest.mark.parametrize("heads", [4, 12])
 def test_alibi_from_head_count(heads):
-    need("alibi_slopes", "alibi_bias")
     fig = plot.alibi(heads, length=5, mode="symmetric")
     got = panels(fig)
     assert len(got) == heads
@@ -206,7 +195,6 @@ def test_alibi_from_head_count(heads):
 
 
 def test_alibi_heads_out_of_range():
-    need("alibi_slopes", "alibi_bias")
     with pytest.raises(ValueError, match="heads"):
         plot.alibi(4, heads=[4])
 
@@ -215,7 +203,6 @@ def test_alibi_heads_out_of_range():
 
 
 def test_t5_every_backend(backend):
-    need("relative_positions", "t5_bucket", "relative_bias")
     nb, heads, L = 16, 3, 20
     table = np.random.default_rng(1).normal(size=(nb, heads))
     fig = plot.t5(backend.asarray(table), length=L)
@@ -234,6 +221,5 @@ def test_t5_every_backend(backend):
 
 
 def test_t5_rejects_1d_table():
-    need("relative_positions", "t5_bucket", "relative_bias")
     with pytest.raises(ValueError, match="table"):
         plot.t5(np.zeros(32))
