@@ -95,8 +95,8 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     """Twin of ``_xp.rope_cos_sin``: cos/sin tables ``P + (2F,)`` from exact rotations."""
     if axes is not None or np.dtype(dtype) not in _KERNEL_DTYPES:
         return _xp.rope_cos_sin(positions, inv_freq, layout=layout,
-                                attention_factor=attention_factor, axes=axes, dtype=dtype, xp=xp,
-                                out=out)
+                                attention_factor=attention_factor, axes=axes, dtype=dtype,
+                                xp=xp or _np_xp(), out=out)
     pos = np.ascontiguousarray(positions, dtype=np.float64).reshape(-1)
     shape = tuple(np.shape(positions))
     w = np.ascontiguousarray(inv_freq, dtype=np.float64).reshape(-1)
@@ -155,12 +155,14 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
             and _kernel_ok(sin, dt) and (out is None or _kernel_ok(out, dt))
             and (inplace or out is None or not np.may_share_memory(out, x))
             and (not inplace or x.flags.writeable)):
-        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=out)
+        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp or _np_xp(),
+                              out=out)
     res = out if out is not None else np.empty(x.shape, dtype=dt)
     nd = x.ndim
     x4, o4 = _as4d(x, nd), _as4d(res, nd)
     if x4 is None or o4 is None:
-        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=out)
+        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp or _np_xp(),
+                              out=out)
     c4, s4 = _as4d(cos, nd), _as4d(sin, nd)
     if c4 is None or s4 is None or (nd > 4 and (c4.shape[:-1] != x4.shape[:-1]
                                                 or s4.shape[:-1] != x4.shape[:-1])):
@@ -169,7 +171,8 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
         c4 = _as4d(np.broadcast_to(cos, lead), nd)
         s4 = _as4d(np.broadcast_to(sin, lead), nd)
     if c4 is None or s4 is None:
-        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=out)
+        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp or _np_xp(),
+                              out=out)
     nthreads = thread_count(x.size)
     _APPLY[dt](x4, c4, s4, o4, _work_rows(nthreads, x.shape[-1], dt), layout == "interleaved",
                inverse, inplace, nthreads, not inplace and res.nbytes >= _STREAM_MIN_BYTES)
