@@ -38,6 +38,7 @@ from ._rope_scaling import (
     ProportionalScaling,
     RopeScaling,
     YarnScaling,
+    _default_inv_freq,
 )
 
 __all__ = [
@@ -146,8 +147,6 @@ def rope_frequencies(dim, /, *, base=10000.0, scaling=None, seq_len=None, dtype=
 def _host_frequencies(dim, base, scaling, seq_len):
     """float64 NumPy frequencies and the attention factor (validated arguments)."""
     if scaling is None:
-        from ._rope_scaling import _default_inv_freq
-
         return _default_inv_freq(dim, base), 1.0
     inv, att = scaling._inv_freq(dim, base, seq_len)
     return np.array(inv, dtype=np.float64), att

@@ -316,11 +316,3 @@ class ProportionalScaling(RopeScaling):
         inv[:k] = _default_inv_freq(dim, base)[:k]
         return inv / self.factor, 1.0
 
-
-SCALINGS = (LinearScaling, DynamicNTKScaling, YarnScaling, LongRopeScaling, Llama3Scaling,
-            ProportionalScaling)
-
-
-def is_scaling(obj) -> bool:
-    return isinstance(obj, RopeScaling)
-
