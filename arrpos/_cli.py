@@ -478,12 +478,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = f"arrpos {args.command}" + (f" {args.kind}" if getattr(args, "kind", None) else "")
     try:
         return func(args)
+    except BrokenPipeError:  # e.g. "arrpos info | head": stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (CommandError, TypeError, ValueError, OSError) as exc:
         print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. "arrpos info | head": stop quietly, as other tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
