@@ -147,7 +147,8 @@ def lookup(table, positions, /):
     Notes
     -----
     Lazy arrays (Dask, JAX under ``jit``) are not read, so their range is not checked here
-    (JAX clamps out-of-range indices; Dask raises on compute).
+    (JAX clamps out-of-range indices; Dask wraps negative ones and raises on compute for
+    too-large ones): check lazy positions yourself.
     Backend support: generic Array API code (one ``take``) on every namespace.
 
     Examples
