@@ -325,7 +325,7 @@ def _heads_grid(bias: np.ndarray, heads: Any, title: str, cmap: str,
         label = f"head {sel[i]}" + (f", {labels[sel[i]]}" if labels else "")
         axes.set_title(label, fontsize="small")
     for c in range(ncols):  # the lowest drawn panel of each column carries the x axis
-        axes = grid[(len(sel) - 1 - c) // ncols, c] if c < len(sel) else grid[0, c]
+        axes = grid[(len(sel) - 1 - c) // ncols, c]
         axes.set_xlabel(xlabel)
         axes.tick_params(labelbottom=True)
     for axes in grid[:, 0]:
