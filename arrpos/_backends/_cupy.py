@@ -17,6 +17,7 @@ import math
 import operator
 import pathlib
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -110,8 +111,8 @@ def _cp():
 
 
 _LOCK = threading.Lock()
-_MODULES: dict[int, object] = {}  # device id -> cupy.RawModule
-_FUNCTIONS: dict[tuple[int, str], object] = {}  # (device id, name expression) -> RawKernel
+_MODULES: dict[int, Any] = {}  # device id -> cupy.RawModule
+_FUNCTIONS: dict[tuple[int, str], Any] = {}  # (device id, name expression) -> RawKernel
 _SM_COUNT: dict[int, int] = {}
 
 
