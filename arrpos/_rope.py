@@ -333,11 +333,15 @@ def mrope_axes(sections, /, *, interleaved=False):
     return tuple(axes)
 
 
-def _broadcastable_into(small, big) -> bool:
+def _broadcastable_into(small, big):
     """Whether ``small`` broadcasts to exactly ``big`` (never enlarges it)."""
-    if len(small) > len(big):
+    n = len(small)
+    if n > len(big):
         return False
-    return all(s == 1 or s == b for s, b in zip(small[::-1], big[::-1]))
+    for s, b in zip(small, big[len(big) - n:]):
+        if s != 1 and s != b:
+            return False
+    return True
 
 
 def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):

@@ -55,6 +55,18 @@ cdef extern from "rope.h":
                                    const double *qs, const double *rc, const double *rs,
                                    Py_ssize_t nf, int interleaved, double scale) noexcept nogil
 
+cdef extern from "rope_simd.h":
+    void arrpos_rope_rows_stream_f32(float *out, Py_ssize_t ost, const float *x, Py_ssize_t xst,
+                                     const float *c, Py_ssize_t cst, const float *s,
+                                     Py_ssize_t sst, Py_ssize_t nrows, Py_ssize_t R,
+                                     Py_ssize_t D, int interleaved, float sgn,
+                                     float *tmp) noexcept nogil
+    void arrpos_rope_rows_stream_f64(double *out, Py_ssize_t ost, const double *x,
+                                     Py_ssize_t xst, const double *c, Py_ssize_t cst,
+                                     const double *s, Py_ssize_t sst, Py_ssize_t nrows,
+                                     Py_ssize_t R, Py_ssize_t D, int interleaved, double sgn,
+                                     double *tmp) noexcept nogil
+
 cdef extern from "math.h" nogil:
     double floor(double)
 
@@ -293,7 +305,6 @@ cdef void _apply_rows(Py_ssize_t i0, Py_ssize_t i1, Py_ssize_t B, Py_ssize_t C,
     cdef const floating *cr
     cdef const floating *sr
     cdef floating *orow
-    cdef floating *scratch = tmp if stream else NULL
     for ab in range(i0, i1):
         a = ab // B
         b = ab - a * B
@@ -307,12 +318,19 @@ cdef void _apply_rows(Py_ssize_t i0, Py_ssize_t i1, Py_ssize_t B, Py_ssize_t C,
             else:
                 arrpos_rope_rows_inplace_f64(orow, os[2], cr, cs[2], sr, ss[2], C, R,
                                              interleaved, sgn)
+        elif stream:  # results leave through streaming stores (SIMD registers or scratch row)
+            if floating is float:
+                arrpos_rope_rows_stream_f32(orow, os[2], x + a * xs[0] + b * xs[1], xs[2], cr,
+                                            cs[2], sr, ss[2], C, R, D, interleaved, sgn, tmp)
+            else:
+                arrpos_rope_rows_stream_f64(orow, os[2], x + a * xs[0] + b * xs[1], xs[2], cr,
+                                            cs[2], sr, ss[2], C, R, D, interleaved, sgn, tmp)
         elif floating is float:
             arrpos_rope_rows_f32(orow, os[2], x + a * xs[0] + b * xs[1], xs[2], cr, cs[2], sr,
-                                 ss[2], C, R, D, interleaved, sgn, scratch)
+                                 ss[2], C, R, D, interleaved, sgn, NULL)
         else:
             arrpos_rope_rows_f64(orow, os[2], x + a * xs[0] + b * xs[1], xs[2], cr, cs[2], sr,
-                                 ss[2], C, R, D, interleaved, sgn, scratch)
+                                 ss[2], C, R, D, interleaved, sgn, NULL)
     if stream:
         arrpos_stream_fence()
 
@@ -334,7 +352,7 @@ cdef void _check_table4(str name, Py_ssize_t *shape, Py_ssize_t a, Py_ssize_t b,
 
 def apply_rope(const floating[:, :, :, :] x, const floating[:, :, :, :] cos,
                const floating[:, :, :, :] sin, floating[:, :, :, :] out,
-               floating[:, ::1] work, bint interleaved, bint inverse, bint inplace,
+               work, bint interleaved, bint inverse, bint inplace,
                int nthreads, bint stream=False):
     """Rotate the first ``R = cos.shape[3]`` features of 4-d ``x`` into ``out``.
 
@@ -356,8 +374,17 @@ def apply_rope(const floating[:, :, :, :] x, const floating[:, :, :, :] cos,
     _check_table4("cos", cos.shape, A, B, C, R)
     _check_table4("sin", sin.shape, A, B, C, R)
     _check_shape4("out", out.shape, A, B, C, D)
-    if nthreads < 1 or work.shape[0] < nthreads or work.shape[1] < D:
-        raise ValueError("work must be (>= nthreads, >= D) with nthreads >= 1")
+    cdef floating[:, ::1] scratch
+    cdef floating *tmp0 = NULL
+    cdef Py_ssize_t tmp_stride = 0
+    if nthreads < 1:
+        raise ValueError(f"nthreads must be >= 1, got {nthreads}")
+    if stream:  # only streaming uses the scratch rows: decode-sized calls skip the view
+        scratch = work
+        if scratch.shape[0] < nthreads or scratch.shape[1] < D:
+            raise ValueError("work must be (>= nthreads, >= D) when streaming")
+        tmp0 = &scratch[0, 0]
+        tmp_stride = scratch.shape[1]
     if (x.strides[3] != item and D > 1) or (cos.strides[3] != item and R > 1) \
             or (sin.strides[3] != item and R > 1) or (out.strides[3] != item and D > 1):
         raise ValueError("the last axis of x, cos, sin and out must be contiguous")
@@ -377,10 +404,11 @@ def apply_rope(const floating[:, :, :, :] x, const floating[:, :, :, :] cos,
     if nthreads == 1 or n < nthreads:
         with nogil:
             _apply_rows(0, n, B, C, &x[0, 0, 0, 0], xs, &cos[0, 0, 0, 0], &sin[0, 0, 0, 0], cs,
-                        ss, &out[0, 0, 0, 0], os, &work[0, 0], R, D, interleaved, sgn, inplace,
+                        ss, &out[0, 0, 0, 0], os, tmp0, R, D, interleaved, sgn, inplace,
                         stream)
         return
     for t in prange(nthreads, nogil=True, num_threads=nthreads, schedule="static"):
         _apply_rows(t * n // nthreads, (t + 1) * n // nthreads, B, C, &x[0, 0, 0, 0], xs,
                     &cos[0, 0, 0, 0], &sin[0, 0, 0, 0], cs, ss, &out[0, 0, 0, 0], os,
-                    &work[t, 0], R, D, interleaved, sgn, inplace, stream)
+                    tmp0 + t * tmp_stride if stream else NULL, R, D, interleaved, sgn, inplace,
+                    stream)

@@ -236,4 +236,6 @@ def test_rope_kernels_check_shapes():
     with pytest.raises(ValueError, match="inplace"):
         _cpu.apply_rope(x, c, c, x.copy(), w, False, False, True, 1)
     with pytest.raises(ValueError, match="work"):
-        _cpu.apply_rope(x, c, c, x.copy(), w, False, False, False, 3)
+        _cpu.apply_rope(x, c, c, x.copy(), w, False, False, False, 3, True)
+    with pytest.raises(ValueError, match="nthreads"):
+        _cpu.apply_rope(x, c, c, x.copy(), None, False, False, False, 0)

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _cpu, _xp
 
-__all__ = ["apply_rope", "max_threads", "rope_cos_sin", "sinusoid_table", "thread_count"]
+__all__ = ["aligned_empty", "apply_rope", "max_threads", "rope_cos_sin", "sinusoid_table", "thread_count"]
 
 _BLOCK = 64  # rows per block of the table kernels: the 64-row rotation table stays in L2
 _PARALLEL_MIN = 1 << 16  # output elements below which one thread runs (thread start-up ~ µs)
@@ -56,6 +56,16 @@ def _rotation_tables(hi_bytes: bytes, lo_bytes: bytes):
     for a in tables:
         a.flags.writeable = False
     return tables
+
+
+def aligned_empty(shape, dtype, align=64):
+    """``np.empty`` whose data starts on an ``align``-byte boundary (NumPy promises 16): whole
+    cache lines let the kernels use full-width streaming stores."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    buf = np.empty(nbytes + align, dtype=np.uint8)
+    start = (-buf.ctypes.data) % align
+    return buf[start:start + nbytes].view(dtype).reshape(shape)
 
 
 def _check_out(out, shape, dtype, name="out"):
@@ -157,13 +167,22 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
             and (not inplace or x.flags.writeable)):
         return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp or _np_xp(),
                               out=out)
-    res = out if out is not None else np.empty(x.shape, dtype=dt)
+    if out is not None:
+        res = out
+    elif x.nbytes >= _STREAM_MIN_BYTES:  # whole cache lines for full-width streaming stores
+        res = aligned_empty(x.shape, dt)
+    else:
+        res = np.empty(x.shape, dtype=dt)
     nd = x.ndim
-    x4, o4 = _as4d(x, nd), _as4d(res, nd)
+    if nd == 4:
+        x4, o4 = x, res
+    else:
+        x4, o4 = _as4d(x, nd), _as4d(res, nd)
     if x4 is None or o4 is None:
         return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp or _np_xp(),
                               out=out)
-    c4, s4 = _as4d(cos, nd), _as4d(sin, nd)
+    c4 = cos if cos.ndim == 4 else _as4d(cos, nd)
+    s4 = sin if sin.ndim == 4 else _as4d(sin, nd)
     if c4 is None or s4 is None or (nd > 4 and (c4.shape[:-1] != x4.shape[:-1]
                                                 or s4.shape[:-1] != x4.shape[:-1])):
         # more than 4 axes with broadcast tables: materialise the (small) tables' broadcast
@@ -173,9 +192,10 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     if c4 is None or s4 is None:
         return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp or _np_xp(),
                               out=out)
-    nthreads = thread_count(x.size)
-    _APPLY[dt](x4, c4, s4, o4, _work_rows(nthreads, x.shape[-1], dt), layout == "interleaved",
-               inverse, inplace, nthreads, not inplace and res.nbytes >= _STREAM_MIN_BYTES)
+    stream = not inplace and res.nbytes >= _STREAM_MIN_BYTES
+    nthreads = thread_count(x.size) if x.size >= _PARALLEL_MIN else 1
+    work = _work_rows(nthreads, x.shape[-1], dt) if stream else None  # only streaming uses it
+    _APPLY[dt](x4, c4, s4, o4, work, layout == "interleaved", inverse, inplace, nthreads, stream)
     return res
 
 

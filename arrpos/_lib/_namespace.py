@@ -49,15 +49,17 @@ def namespace_for(xp):
 _TYPE_NAMESPACE: dict[type, object] = {}
 
 
-def _namespace_by_type(found):
-    t = type(found[0])
-    ns = _TYPE_NAMESPACE.get(t)
-    if ns is None:
-        return None
-    for a in found[1:]:
-        if type(a) is not t:
+def _namespace_by_type(arrays):
+    """The cached namespace when every non-None argument has one and the same array type."""
+    t = None
+    for a in arrays:
+        if a is None:
+            continue
+        if t is None:
+            t = type(a)
+        elif type(a) is not t:
             return None
-    return ns
+    return None if t is None else _TYPE_NAMESPACE.get(t)
 
 
 def array_namespace(*arrays, xp=None, name="arrays"):
@@ -65,12 +67,11 @@ def array_namespace(*arrays, xp=None, name="arrays"):
 
     With no array, ``xp`` if given, else NumPy. A mix of libraries is a TypeError naming ``name``.
     """
-    found = [a for a in arrays if a is not None and not isinstance(a, (bool, int, float, complex))]
-    if xp is None and found:
-        ns = _namespace_by_type(found)
+    if xp is None:
+        ns = _namespace_by_type(arrays)
         if ns is not None:
             return ns
-    found = [a for a in found if _is_array(a)]
+    found = [a for a in arrays if a is not None and _is_array(a)]
     if xp is not None:
         ns = namespace_for(xp)
         if found:
