@@ -17,7 +17,7 @@ from decimal import Decimal, localcontext
 import numpy as np
 
 from .._exact import PI, decimal_pieces
-from .._lib import has_float64
+from .._lib import device_of, has_float64
 
 __all__ = ["frequency_arrays", "sincos", "sinusoid_table"]
 
@@ -171,8 +171,6 @@ def _sincos32(positions, w_hi, w_lo, xp, per_frequency):
 
 
 def _device(x):
-    from .._lib import device_of
-
     return device_of(x)
 
 
