@@ -3,6 +3,7 @@
 OpenMP is used when the compiler accepts it and ARRPOS_NO_OPENMP is not set; without it the
 kernels are built single-threaded. No -march=native: wheels must run on any x86-64/aarch64.
 """
+import glob
 import os
 import subprocess
 import sys
@@ -38,6 +39,7 @@ ext = Extension(
     "arrpos._backends._cpu",
     ["csrc/_cpu.pyx"],
     include_dirs=["csrc"],
+    depends=sorted(glob.glob("csrc/*.h")),  # a header change must rebuild the extension
     # fp-contract off keeps the exact splits exact on targets with FMA.
     extra_compile_args=["-O3", "-ffp-contract=off", "-std=c99"] + compile_omp,
     extra_link_args=link_omp,
