@@ -141,73 +141,43 @@ static int arrpos_simd_level(void)
 #define ARRPOS_HAVE_SIMD 0
 #endif
 
-/* Streaming out-of-place rows: the SIMD code when the geometry allows, else the portable rows
- * with a scratch row. Returns nothing; always writes every row. */
+/* Streaming out-of-place rows: the SIMD code when the geometry allows (every vector of every
+ * row a full one, rows 16-byte aligned; full-width stores when rows are vector-aligned), else
+ * the portable rows of rope.h with a scratch row. Always writes every row. */
+#if ARRPOS_HAVE_SIMD
 #define ARRPOS_DEFINE_STREAM_ROWS(SUFFIX, T)                                                   \
 static void arrpos_rope_rows_stream_##SUFFIX(                                                  \
     T *out, ptrdiff_t ost, const T *x, ptrdiff_t xst, const T *c, ptrdiff_t cst,              \
-    const T *s, ptrdiff_t sst, ptrdiff_t nrows, ptrdiff_t R, ptrdiff_t D, int interleaved,    \
-    T sgn, T *tmp)                                                                             \
+    const T *s, ptrdiff_t sst, ptrdiff_t n, ptrdiff_t R, ptrdiff_t D, int inter, T sgn,       \
+    T *tmp)                                                                                    \
 {                                                                                              \
-    if (ARRPOS_HAVE_SIMD) {                                                                    \
-        int lvl = arrpos_simd_level_or_zero();                                                 \
-        ptrdiff_t w = lvl == 2 ? 64 / (ptrdiff_t)sizeof(T) : lvl == 1 ? 32 / (ptrdiff_t)sizeof(T) : 0; \
-        /* every vector of every row must be a full one, every row 16-byte aligned */          \
-        if (w && (interleaved ? R % w == 0 : (R / 2) % w == 0) && (D - R) % w == 0             \
-            && ((uintptr_t)out % 16) == 0 && (ost * sizeof(T)) % 16 == 0) {                    \
-            size_t vb = (size_t)w * sizeof(T); /* full-width stores need vb-aligned rows */     \
-            int aligned = ((uintptr_t)out % vb) == 0 && ((size_t)ost * sizeof(T)) % vb == 0;   \
-            arrpos_simd_rows_##SUFFIX(lvl + 2 * aligned, out, ost, x, xst, c, cst, s, sst,      \
-                                      nrows, R, D, interleaved, sgn);                          \
-            return;                                                                            \
-        }                                                                                      \
+    int lvl = arrpos_simd_level();                                                             \
+    ptrdiff_t w = lvl == 2 ? 64 / (ptrdiff_t)sizeof(T) : lvl == 1 ? 32 / (ptrdiff_t)sizeof(T) : 0; \
+    if (w && (inter ? R % w == 0 : (R / 2) % w == 0) && (D - R) % w == 0                       \
+        && ((uintptr_t)out % 16) == 0 && (ost * sizeof(T)) % 16 == 0) {                        \
+        size_t vb = (size_t)w * sizeof(T);                                                     \
+        int aligned = ((uintptr_t)out % vb) == 0 && ((size_t)ost * sizeof(T)) % vb == 0;       \
+        if (lvl == 2 && aligned)                                                               \
+            arrpos_rope_rows_avx512a_##SUFFIX(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn); \
+        else if (lvl == 2)                                                                     \
+            arrpos_rope_rows_avx512_##SUFFIX(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn); \
+        else if (aligned)                                                                      \
+            arrpos_rope_rows_avx2a_##SUFFIX(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn); \
+        else                                                                                   \
+            arrpos_rope_rows_avx2_##SUFFIX(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn); \
+        return;                                                                                \
     }                                                                                          \
-    arrpos_rope_rows_##SUFFIX(out, ost, x, xst, c, cst, s, sst, nrows, R, D, interleaved, sgn, \
-                              tmp);                                                            \
-}
-
-#if ARRPOS_HAVE_SIMD
-static int arrpos_simd_level_or_zero(void) { return arrpos_simd_level(); }
-static void arrpos_simd_rows_f32(int lvl, float *out, ptrdiff_t ost, const float *x,
-                                 ptrdiff_t xst, const float *c, ptrdiff_t cst, const float *s,
-                                 ptrdiff_t sst, ptrdiff_t n, ptrdiff_t R, ptrdiff_t D,
-                                 int inter, float sgn)
-{
-    /* lvl: 1 AVX2, 2 AVX-512; +2 when rows are aligned for full-width stores */
-    if (lvl == 4)
-        arrpos_rope_rows_avx512a_f32(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn);
-    else if (lvl == 3)
-        arrpos_rope_rows_avx2a_f32(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn);
-    else if (lvl == 2)
-        arrpos_rope_rows_avx512_f32(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn);
-    else
-        arrpos_rope_rows_avx2_f32(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn);
-}
-static void arrpos_simd_rows_f64(int lvl, double *out, ptrdiff_t ost, const double *x,
-                                 ptrdiff_t xst, const double *c, ptrdiff_t cst, const double *s,
-                                 ptrdiff_t sst, ptrdiff_t n, ptrdiff_t R, ptrdiff_t D,
-                                 int inter, double sgn)
-{
-    /* lvl: 1 AVX2, 2 AVX-512; +2 when rows are aligned for full-width stores */
-    if (lvl == 4)
-        arrpos_rope_rows_avx512a_f64(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn);
-    else if (lvl == 3)
-        arrpos_rope_rows_avx2a_f64(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn);
-    else if (lvl == 2)
-        arrpos_rope_rows_avx512_f64(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn);
-    else
-        arrpos_rope_rows_avx2_f64(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn);
+    arrpos_rope_rows_##SUFFIX(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn, tmp);     \
 }
 #else
-static int arrpos_simd_level_or_zero(void) { return 0; }
-static void arrpos_simd_rows_f32(int lvl, float *out, ptrdiff_t ost, const float *x,
-                                 ptrdiff_t xst, const float *c, ptrdiff_t cst, const float *s,
-                                 ptrdiff_t sst, ptrdiff_t n, ptrdiff_t R, ptrdiff_t D,
-                                 int inter, float sgn) {}
-static void arrpos_simd_rows_f64(int lvl, double *out, ptrdiff_t ost, const double *x,
-                                 ptrdiff_t xst, const double *c, ptrdiff_t cst, const double *s,
-                                 ptrdiff_t sst, ptrdiff_t n, ptrdiff_t R, ptrdiff_t D,
-                                 int inter, double sgn) {}
+#define ARRPOS_DEFINE_STREAM_ROWS(SUFFIX, T)                                                   \
+static void arrpos_rope_rows_stream_##SUFFIX(                                                  \
+    T *out, ptrdiff_t ost, const T *x, ptrdiff_t xst, const T *c, ptrdiff_t cst,              \
+    const T *s, ptrdiff_t sst, ptrdiff_t n, ptrdiff_t R, ptrdiff_t D, int inter, T sgn,       \
+    T *tmp)                                                                                    \
+{                                                                                              \
+    arrpos_rope_rows_##SUFFIX(out, ost, x, xst, c, cst, s, sst, n, R, D, inter, sgn, tmp);     \
+}
 #endif
 
 ARRPOS_DEFINE_STREAM_ROWS(f32, float)

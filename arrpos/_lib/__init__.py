@@ -10,11 +10,8 @@ from ._namespace import (
     device_of,
     dtype_kind,
     has_float64,
-    is_float_dtype,
-    is_integer_dtype,
     is_lazy,
     namespace_for,
-    to_device_of,
 )
 from ._validate import (
     check_choice,
@@ -42,9 +39,6 @@ __all__ = [
     "dtype_kind",
     "device_of",
     "has_float64",
-    "is_float_dtype",
-    "is_integer_dtype",
     "is_lazy",
     "namespace_for",
-    "to_device_of",
 ]

@@ -10,11 +10,8 @@ __all__ = [
     "dtype_kind",
     "device_of",
     "has_float64",
-    "is_float_dtype",
-    "is_integer_dtype",
     "is_lazy",
     "namespace_for",
-    "to_device_of",
 ]
 
 _NAMESPACE_CACHE: dict[int, object] = {}
@@ -108,14 +105,6 @@ def device_of(x):
     return _compat.device(x)
 
 
-def to_device_of(x, like, xp):
-    """``x`` (an array of the same namespace) placed on the device of ``like``; no-op when equal."""
-    dev = _compat.device(like)
-    if _compat.device(x) == dev:
-        return x
-    return _compat.to_device(x, dev)
-
-
 def default_float(xp, device=None):
     """The namespace's default real floating dtype on ``device``."""
     info = xp.__array_namespace_info__()
@@ -154,13 +143,6 @@ def _dtype_kind(xp, dtype) -> str:
             return kind
     return "other"
 
-
-def is_float_dtype(xp, dtype) -> bool:
-    return dtype_kind(xp, dtype) == "real floating"
-
-
-def is_integer_dtype(xp, dtype) -> bool:
-    return dtype_kind(xp, dtype) == "integral"
 
 
 def is_lazy(x) -> bool:
