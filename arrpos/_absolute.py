@@ -33,8 +33,8 @@ _LAYOUTS = ("interleaved", "split")
 
 
 def _table(xp, positions, hi, lo, *, layout, dtype, width):
-    impl = _dispatch.select("sinusoid_table", xp, dtype=dtype, arrays=(positions,))
-    return impl.sinusoid_table(positions, hi, lo, layout=layout, dtype=dtype, width=width, xp=xp)
+    return _dispatch.call("sinusoid_table", xp, positions, hi, lo, arrays=(positions,),
+                          layout=layout, dtype=dtype, width=width)
 
 
 def sinusoidal(positions, dim, /, *, base=10000.0, layout="interleaved", dtype=None, device=None,

@@ -157,9 +157,8 @@ def alibi_bias(slopes, query_len, key_len, /, *, mode="causal", query_offset=Non
         query_offset = key_len - query_len
     query_offset = check_positive_int(query_offset, "query_offset", minimum=-(2**62))
     dtype = slopes.dtype
-    impl = _dispatch.select("alibi_bias", xp, dtype=dtype, arrays=(slopes,))
-    return impl.alibi_bias(slopes, query_len, key_len, mode=mode, query_offset=query_offset,
-                           dtype=dtype, xp=xp)
+    return _dispatch.call("alibi_bias", xp, slopes, query_len, key_len, arrays=(slopes,),
+                          mode=mode, query_offset=query_offset, dtype=dtype)
 
 
 def alibi_bias_from_mask(slopes, attention_mask, /):

@@ -86,30 +86,43 @@ def _extension() -> dict[str, Any]:
     from . import _dispatch
 
     info: dict[str, Any] = {"disabled": _dispatch.extensions_disabled()}
-    try:
-        from ._backends import _cpu
-    except ImportError as exc:
-        info.update(built=False, reason=_one_line(exc))
+    ok, why = _dispatch.compiled_available(ignore_switch=True)
+    if not ok:
+        info.update(built=False, reason=why)
     else:
-        info.update(built=True, openmp=bool(_cpu.have_openmp()), threads=int(_cpu.max_threads()))
+        info.update(built=True, **_dispatch.compiled_threads())
     return info
 
 
+# Run in a child process: importing CuPy is slow and a broken driver may crash or hang it; the
+# info command itself stays free of array libraries.
+_GPU_PROBE = """
+import json, cupy
+rt = cupy.cuda.runtime
+names = []
+for i in range(int(rt.getDeviceCount())):
+    n = rt.getDeviceProperties(i)["name"]
+    names.append(n.decode() if isinstance(n, bytes) else str(n))
+v = int(rt.runtimeGetVersion())
+print(json.dumps({"devices": names, "cuda_runtime": f"{v // 1000}.{v % 1000 // 10}"}))
+"""
+
+
 def _gpu(cupy_version: str | None) -> dict[str, Any]:
+    import subprocess
+
     if cupy_version is None:
         return {"devices": [], "note": "CuPy not installed"}
     try:
-        import cupy
-
-        n = int(cupy.cuda.runtime.getDeviceCount())
-        names = []
-        for i in range(n):
-            name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
-            names.append(name.decode() if isinstance(name, bytes) else str(name))
-        runtime = int(cupy.cuda.runtime.runtimeGetVersion())
-        return {"devices": names, "cuda_runtime": f"{runtime // 1000}.{runtime % 1000 // 10}"}
-    except Exception as exc:  # no driver, no device, broken install: report, never crash
-        return {"devices": [], "note": f"CuPy cannot use a GPU: {_one_line(exc)}"}
+        res = subprocess.run([sys.executable, "-c", _GPU_PROBE], capture_output=True,
+                             text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return {"devices": [], "note": "CuPy did not answer within 60 s"}
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["no message"])[-1]
+        return {"devices": [], "note": f"CuPy cannot use a GPU: {last}"}
+    data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    return data
 
 
 def collect_info() -> dict[str, Any]:

@@ -1,32 +1,39 @@
 """The one place that knows which implementations exist and chooses between them.
 
-Rules (DESIGN.md): choose by namespace, then by capability (dtype, layout, contiguity); any
-condition that fails falls back to the generic ``_xp`` implementation, never to an error.
-``ARRPOS_NO_EXTENSIONS=1`` forces ``_xp`` everywhere. No device copies are ever hidden here: a
-GPU array is never routed through NumPy.
+A table maps each array library (its namespace kind) to the adapter modules that may serve its
+arrays, in the order they are tried; the generic Array API code (``_backends._xp``) serves
+everything the adapters decline. Every adapter exposes the same op functions as ``_xp`` (same
+names, same signatures) plus ``supports(op, arrays, **kwargs)``: whether it serves this call.
+An adapter that discovers a "no" only while preparing a call raises ``Unsupported``; the
+dispatcher then tries the next one. Adapters never fall back by themselves.
+
+``ARRPOS_NO_EXTENSIONS=1`` (read once, at import) forces ``_xp`` everywhere. No device copy is
+ever hidden here: a GPU array is never routed through NumPy.
+
+Adding a backend: one adapter module in ``_backends/`` plus one row in ``ADAPTERS``.
 """
 from __future__ import annotations
 
+import importlib
 import os
 
-from ._backends import _xp
+from ._backends import Unsupported, _xp
 from ._lib import backend_name
 
-__all__ = [
-    "compiled_available",
-    "extensions_disabled",
-    "gpu_module",
-    "numpy_module",
-    "select",
-    "torch_cpu_module",
-]
+__all__ = ["ADAPTERS", "Unsupported", "adapter", "adapter_status", "call", "candidates",
+           "choose", "compiled_available", "compiled_threads", "extensions_disabled"]
 
-_NUMPY_MODULE = None
-_NUMPY_ERROR: str | None = None
+# namespace kind (``_lib.backend_name``) -> adapter modules of ``arrpos._backends``, tried in order
+ADAPTERS: dict[str, tuple[str, ...]] = {
+    "numpy": ("_numpy",),
+    "torch": ("_torch_cuda", "_torch_cpu"),
+    "cupy": ("_cupy",),
+}
 
-
-# read once, at import: the choice must not change between two calls of one program
+# the choice must not change between two calls of one program
 _DISABLED = os.environ.get("ARRPOS_NO_EXTENSIONS", "") not in ("", "0")
+_LOADED: dict[str, object] = {}  # adapter name -> module, or the ImportError text
+_BY_KIND: dict[int, tuple] = {}  # id(xp) -> adapter modules that imported
 
 
 def extensions_disabled() -> bool:
@@ -34,74 +41,87 @@ def extensions_disabled() -> bool:
     return _DISABLED
 
 
-def numpy_module():
-    """The compiled NumPy adapter, or None (not built, or disabled by ARRPOS_NO_EXTENSIONS)."""
-    global _NUMPY_MODULE, _NUMPY_ERROR
-    if extensions_disabled():
-        return None
-    if _NUMPY_MODULE is None and _NUMPY_ERROR is None:
+def adapter(name: str):
+    """The adapter module ``name`` (e.g. ``"_numpy"``) if it imports and is enabled, else None."""
+    return None if _DISABLED else _load(name)
+
+
+def _load(name: str):
+    """The adapter module ``name``, or None when it cannot be imported (remembered why)."""
+    if name not in _LOADED:
         try:
-            from ._backends import _numpy
-
-            _NUMPY_MODULE = _numpy
-        except ImportError as exc:  # the package runs without its extension, only slower
-            _NUMPY_ERROR = str(exc)
-    return _NUMPY_MODULE
-
-
-def compiled_available() -> tuple[bool, str | None]:
-    """Whether the CPU extension imports, and why not when it does not."""
-    mod = numpy_module()
-    return mod is not None, (None if mod is not None else _NUMPY_ERROR or "disabled")
+            _LOADED[name] = importlib.import_module(f"arrpos._backends.{name}")
+        except ImportError as exc:  # not built, or its library is missing: the generic path
+            _LOADED[name] = f"{type(exc).__name__}: {exc}"
+    mod = _LOADED[name]
+    return None if isinstance(mod, str) else mod
 
 
-def _is_float32_or_64(xp, dtype) -> bool:
-    return dtype == xp.float32 or dtype == xp.float64
+def candidates(xp) -> tuple:
+    """The adapter modules that may serve arrays of namespace ``xp``, in the order tried."""
+    mods = _BY_KIND.get(id(xp))
+    if mods is None:
+        names = () if _DISABLED else ADAPTERS.get(backend_name(xp), ())
+        mods = _BY_KIND[id(xp)] = tuple(m for m in map(_load, names) if m is not None)
+    return mods
 
 
-def gpu_module(name: str, arrays=()):
-    """The CUDA adapter for CuPy arrays (``_cupy``) or CUDA torch tensors (``_torch_cuda``,
-    through DLPack), or None; imported only when such an array arrives."""
-    if extensions_disabled():
-        return None
-    if name == "cupy":
-        from ._backends import _cupy
+def call(op: str, xp, /, *args, arrays=(), **kwargs):
+    """``op(*args, xp=xp, **kwargs)`` on the first adapter that serves it, else on ``_xp``.
 
-        return _cupy
-    if name == "torch" and any(getattr(a, "is_cuda", False) for a in arrays):
-        from ._backends import _torch_cuda
-
-        return _torch_cuda
-    return None
-
-
-def select(op: str, xp, *, dtype=None, arrays=()):
-    """The implementation module for ``op`` given the namespace and the output dtype.
-
-    ``op`` names a function that both ``_xp`` and the compiled adapters define; ``arrays`` are
-    the array arguments (a compiled twin may decline inputs it cannot serve: strides, grads).
+    ``arrays`` are the call's array arguments (``None`` allowed, e.g. no ``out``): adapters
+    decide on their types, devices, dtypes and memory layouts, and on ``kwargs``.
     """
-    name = backend_name(xp)
-    if name == "numpy":
-        if dtype is not None and _is_float32_or_64(xp, dtype):
-            mod = _NUMPY_MODULE if _NUMPY_MODULE is not None else numpy_module()
-            if mod is not None and hasattr(mod, op):
-                return mod
-    elif name in ("cupy", "torch"):
-        mod = gpu_module(name, arrays)
-        if mod is not None and hasattr(mod, op) and mod.supports(op, dtype, arrays):
+    for mod in candidates(xp):
+        if mod.supports(op, arrays, **kwargs):
+            try:
+                return getattr(mod, op)(*args, xp=xp, **kwargs)
+            except Unsupported:
+                continue
+    return getattr(_xp, op)(*args, xp=xp, **kwargs)
+
+
+def choose(op: str, xp, /, arrays=(), **kwargs):
+    """The module that ``call`` would try first for these arguments (tests, benchmarks, docs)."""
+    for mod in candidates(xp):
+        if mod.supports(op, arrays, **kwargs):
             return mod
-        if name == "torch" and mod is None:
-            mod = torch_cpu_module()
-            if mod is not None and hasattr(mod, op) and mod.supports(op, dtype, arrays):
-                return mod
     return _xp
 
 
-def torch_cpu_module():
-    """Torch CPU tensors -> the compiled NumPy kernels through DLPack (None when those are off)."""
-    if numpy_module() is None:
-        return None
-    from ._backends import _torch_cpu
+def adapter_status() -> dict[str, dict[str, str]]:
+    """For ``arrpos info`` and the tests: each kind's adapters and whether they import.
 
-    return _torch_cpu
+    Importing an adapter imports its library, so only those already imported, or compiled
+    (``_numpy``), are tried; the others are reported as ``"not loaded"``.
+    """
+    status: dict[str, dict[str, str]] = {}
+    for kind, names in ADAPTERS.items():
+        row = status[kind] = {}
+        for name in names:
+            if _DISABLED:
+                row[name] = "disabled by ARRPOS_NO_EXTENSIONS"
+            elif name in _LOADED or name == "_numpy":
+                row[name] = "available" if _load(name) is not None else str(_LOADED[name])
+            else:
+                row[name] = "not loaded"
+    return status
+
+
+def compiled_available(*, ignore_switch: bool = False) -> tuple[bool, str | None]:
+    """Whether the compiled CPU kernels can be used, and why not when they cannot.
+
+    ``ignore_switch``: whether they were built, even if ``ARRPOS_NO_EXTENSIONS`` disables them.
+    """
+    if _DISABLED and not ignore_switch:
+        return False, "disabled by ARRPOS_NO_EXTENSIONS"
+    mod = _load("_numpy")
+    return mod is not None, (None if mod is not None else str(_LOADED["_numpy"]))
+
+
+def compiled_threads() -> dict[str, object]:
+    """The CPU kernels' threading: built with OpenMP, and the threads a large call uses."""
+    mod = _load("_numpy")
+    if mod is None:
+        return {"openmp": False, "threads": 1}
+    return {"openmp": mod.have_openmp(), "threads": mod.max_threads()}

@@ -13,11 +13,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import _dispatch
-from ._backends import _xp
 from ._lib import (
     array_namespace,
     as_positions,
-    backend_name,
     check_choice,
     check_dtype_arg,
     check_even_dim,
@@ -28,6 +26,7 @@ from ._lib import (
     device_of,
     has_float64,
     is_lazy,
+    is_writeable,
     output_dtype,
 )
 from ._rope_scaling import (
@@ -241,9 +240,9 @@ def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0,
     """
     xp, pos, inv_freq, layout, attention_factor, axes, dtype = _table_args(
         positions, inv_freq, layout, attention_factor, axes, dtype)
-    impl = _dispatch.select("rope_cos_sin", xp, dtype=dtype, arrays=(pos, inv_freq))
-    return impl.rope_cos_sin(pos, inv_freq, layout=layout, attention_factor=attention_factor,
-                             axes=axes, dtype=dtype, xp=xp)
+    return _dispatch.call("rope_cos_sin", xp, pos, inv_freq, arrays=(pos, inv_freq),
+                          layout=layout, attention_factor=attention_factor, axes=axes,
+                          dtype=dtype)
 
 
 def _table_args(positions, inv_freq, layout, attention_factor, axes, dtype):
@@ -376,9 +375,9 @@ def _check_apply_args(xp, x, cos, sin, layout, inverse, out):
         )
     if out is not None:
         _check_array(xp, out, "out")
-        if backend_name(xp) == "jax":
-            raise TypeError("out= needs a mutable array; JAX arrays are immutable: use the "
-                            "return value (under jit, XLA reuses the buffer)")
+        if not is_writeable(out):
+            raise TypeError("out= needs a mutable array; this library's arrays are immutable "
+                            "(JAX): use the return value (under jit, XLA reuses the buffer)")
         if tuple(out.shape) != tuple(x.shape) or out.dtype != x.dtype:
             raise ValueError(f"out must have x's shape {tuple(x.shape)} and dtype {x.dtype}, got "
                              f"shape {tuple(out.shape)} and dtype {out.dtype}")
@@ -456,8 +455,8 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
         _check_apply_args(xp, x, cos, sin, layout, inverse, out)
         if key is not None and len(_VALIDATED) < 4096:
             _VALIDATED.add(key)
-    impl = _dispatch.select("apply_rope", xp, dtype=x.dtype, arrays=(x, cos, sin, out))
-    return impl.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=out)
+    return _dispatch.call("apply_rope", xp, x, cos, sin, arrays=(x, cos, sin, out),
+                          layout=layout, inverse=inverse, out=out)
 
 
 class RoPE:
@@ -573,11 +572,11 @@ class RoPE:
         # pair hi + lo, or the angles would be those of float32-rounded frequencies (1e-4 rad
         # off at position 3000).
         inv64, att = _host_frequencies(self.rotary_dim, self.base, self.scaling, seq_len)
-        w_hi, w_lo = _xp.frequency_arrays(inv64, None, xp=xp, device=dev)
+        w_hi, w_lo = _dispatch.call("frequency_arrays", xp, inv64, None, device=dev)
         xp, pos, _, layout, att, axes, dtype = _table_args(pos, w_hi, self.layout, att,
                                                            self.axes, dtype)
-        return _xp.rope_cos_sin_pair(pos, w_hi, w_lo, layout=layout, attention_factor=att,
-                                     axes=axes, dtype=dtype, xp=xp)
+        return _dispatch.call("rope_cos_sin_pair", xp, pos, w_hi, w_lo, arrays=(pos,),
+                              layout=layout, attention_factor=att, axes=axes, dtype=dtype)
 
     @staticmethod
     def _seq_len_from(xp, pos):

@@ -23,6 +23,7 @@ except ImportError as exc:  # the plot extra is optional
     ) from exc
 
 import arrpos
+from arrpos._lib import to_numpy
 
 __all__ = ["alibi", "rope_decay", "similarity", "t5", "table", "to_host"]
 
@@ -63,22 +64,8 @@ def to_host(x: Any, name: str = "x") -> np.ndarray:
     >>> to_host(np.float32([0.5])).dtype
     dtype('float32')
     """
-    root = type(x).__module__.split(".", 1)[0]
     try:
-        if root == "torch":
-            x = x.detach().cpu()
-            if x.dtype.is_floating_point and x.element_size() < 4:
-                x = x.float()  # NumPy has no bfloat16
-            out = x.numpy()
-        elif root == "cupy":
-            out = x.get()
-        elif root == "dask":
-            out = np.asarray(x.compute())
-        else:
-            try:
-                out = np.asarray(x)
-            except (TypeError, ValueError, RuntimeError):
-                out = np.from_dlpack(x)
+        out = to_numpy(x)
     except (TypeError, ValueError, RuntimeError, AttributeError, BufferError) as exc:
         raise TypeError(f"{name} must be an array, got {type(x).__name__} ({exc})") from None
     if out.dtype.kind not in "biuf":

@@ -101,7 +101,7 @@ def _apply_rows(dtype, layout, rounds, with_users):
 def _table_row(dtype, layout, rounds):
     n, nf = TABLE
     inv = arrpos.rope_frequencies(2 * nf)[0]
-    impl = _dispatch.select("rope_cos_sin", arrpos._lib.namespace_for(np), dtype=np.dtype(dtype))
+    impl = _dispatch.adapter("_numpy")
     cos = np.empty((n, 2 * nf), dtype)
     sin = np.empty((n, 2 * nf), dtype)
     cos.fill(1.0)
@@ -146,7 +146,7 @@ def _decode_row(rounds):
 
 
 def run(quick=False, rounds=None):
-    if _dispatch.numpy_module() is None:
+    if _dispatch.adapter("_numpy") is None:
         return [], "rope: compiled extension unavailable, nothing to compare"
     r = rounds or (3 if quick else 9)
     rows = []

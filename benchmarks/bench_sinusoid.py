@@ -21,7 +21,7 @@ def numpy_formula(n, d, out):
 
 
 def run(quick=False, rounds=None):
-    impl = _dispatch.numpy_module()
+    impl = _dispatch.adapter("_numpy")
     if impl is None:
         return [], "sinusoid: compiled extension unavailable, nothing to compare"
     rows = []

@@ -21,9 +21,9 @@ SUITES = [bench_sinusoid, bench_rope, bench_gpu]
 
 
 def machine() -> str:
-    from arrpos._dispatch import numpy_module
+    from arrpos._dispatch import adapter
 
-    mod = numpy_module()
+    mod = adapter("_numpy")
     threads = mod.max_threads() if mod is not None else 0
     return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
             f"{threads} OpenMP threads, numpy {__import__('numpy').__version__}")

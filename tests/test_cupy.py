@@ -76,7 +76,7 @@ def test_env_var_disables_gpu_path(value, expected):
     import subprocess
     import sys
 
-    code = ("import arrpos._dispatch as d; m = d.gpu_module('cupy');"
+    code = ("import arrpos._dispatch as d; m = d.adapter('_cupy');"
             "print(m.__name__ if m else None)")
     env = dict(os.environ, ARRPOS_NO_EXTENSIONS=value)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -94,7 +94,9 @@ def cpb():
 
 
 def _impl(op, xp, dtype, *arrays):
-    return _dispatch.select(op, xp, dtype=dtype, arrays=arrays).__name__.rsplit(".", 1)[-1]
+    arrays = arrays + (None,) * (op == "apply_rope" and len(arrays) == 3)
+    kwargs = {} if op == "apply_rope" else {"dtype": dtype}
+    return _dispatch.choose(op, xp, arrays, **kwargs).__name__.rsplit(".", 1)[-1]
 
 
 def _no_ext():

@@ -18,7 +18,9 @@ NO_EXT = os.environ.get("ARRPOS_NO_EXTENSIONS", "") not in ("", "0")
 
 def _impl_name(backend, dtype_name):
     dtype = getattr(backend.xp, dtype_name)
-    return _dispatch.select("sinusoid_table", backend.xp, dtype=dtype).__name__.rsplit(".", 1)[-1]
+    pos = backend.xp.arange(3)
+    mod = _dispatch.choose("sinusoid_table", backend.xp, (pos,), dtype=dtype, layout="split")
+    return mod.__name__.rsplit(".", 1)[-1]
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float64"])
@@ -43,7 +45,7 @@ def _select_rope(x, cos, sin):
     import array_api_compat
 
     xp = array_api_compat.array_namespace(x)
-    mod = _dispatch.select("apply_rope", xp, dtype=x.dtype, arrays=(x, cos, sin, None))
+    mod = _dispatch.choose("apply_rope", xp, (x, cos, sin, None), layout="half")
     return mod.__name__.rsplit(".", 1)[-1]
 
 
@@ -81,7 +83,7 @@ def test_torch_half_precision_takes_generic_path():
 def test_env_var_forces_generic():
     code = (
         "import numpy as np, arrpos._dispatch as d, array_api_compat.numpy as xp;"
-        "print(d.select('sinusoid_table', xp, dtype=np.float32).__name__)"
+        "print(d.choose('sinusoid_table', xp, (np.arange(3),), dtype=np.float32).__name__)"
     )
     env = dict(os.environ, ARRPOS_NO_EXTENSIONS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -117,3 +119,65 @@ def test_public_result_matches_selected_impl():
     ref = _xp.sinusoid_table(xp.asarray(pos), hi, lo, layout="interleaved", dtype=np.float64,
                              width=16, xp=xp)
     np.testing.assert_allclose(arrpos.sinusoidal(pos, 16), ref, rtol=0, atol=1e-14)
+
+
+# ------------------------------------------------------------------------------------------
+# The dispatch table: every adapter is a twin of _xp
+
+
+def _adapter_cases(xp):
+    """One call per kernelised op, as the public functions make it: (op, args, arrays, kwargs)."""
+    pos = xp.asarray([0, 3, 1000, 70000])
+    inv = xp.asarray([1.0, 0.1, 0.001], dtype=xp.float64)
+    x = xp.asarray(np.random.default_rng(0).normal(size=(2, 4, 3, 8)), dtype=xp.float32)
+    cos = xp.asarray(np.random.default_rng(1).normal(size=(4, 1, 6)), dtype=xp.float32)
+    sin = xp.asarray(np.random.default_rng(2).normal(size=(4, 1, 6)), dtype=xp.float32)
+    hi, lo = np.array([1.0, 0.01]), np.zeros(2)
+    return [
+        ("sinusoid_table", (pos, hi, lo), (pos,),
+         dict(layout="split", dtype=xp.float32, width=4)),
+        ("rope_cos_sin", (pos, inv), (pos, inv),
+         dict(layout="half", attention_factor=1.0, axes=None, dtype=xp.float64)),
+        ("apply_rope", (x, cos, sin), (x, cos, sin, None),
+         dict(layout="interleaved", inverse=False, out=None)),
+    ]
+
+
+@pytest.mark.parametrize("kind", sorted(_dispatch.ADAPTERS))
+def test_each_adapter_in_the_table_is_a_twin_of_xp(kind):
+    """Every adapter row imports where its library can run, defines ``supports`` and ops with
+    _xp's signatures, and agrees with _xp on the calls it accepts."""
+    import inspect
+
+    if NO_EXT:
+        assert _dispatch.candidates(get_backend("numpy").xp) == ()
+        return
+    try:
+        xp = get_backend(kind).xp
+    except Exception as exc:  # e.g. CuPy without a GPU: its row cannot run here
+        pytest.skip(f"{kind} cannot run here: {exc}")
+    mods = _dispatch.candidates(xp)
+    served = 0
+    for mod in mods:
+        assert callable(mod.supports)
+        for op, args, arrays, kwargs in _adapter_cases(xp):
+            if not hasattr(mod, op):
+                continue
+            assert inspect.signature(getattr(mod, op)) == inspect.signature(getattr(_xp, op))
+            if not mod.supports(op, arrays, **kwargs):
+                continue
+            served += 1
+            got = getattr(mod, op)(*args, xp=xp, **kwargs)
+            ref = getattr(_xp, op)(*args, xp=xp, **kwargs)
+            for g, r in zip(got if isinstance(got, tuple) else (got,),
+                            ref if isinstance(ref, tuple) else (ref,)):
+                np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=0, atol=2e-6)
+    if kind in ("numpy", "torch"):  # CPU rows: the compiled kernels serve all three ops here
+        assert served >= 3, [m.__name__ for m in mods]
+
+
+def test_adapter_status_lists_every_row():
+    status = _dispatch.adapter_status()
+    assert set(status) == set(_dispatch.ADAPTERS)
+    assert status["numpy"]["_numpy"] == ("disabled by ARRPOS_NO_EXTENSIONS" if NO_EXT
+                                         else "available")

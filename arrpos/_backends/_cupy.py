@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _xp
+from . import Unsupported
 
 __all__ = [
     "KERNEL_DTYPES",
@@ -63,10 +63,6 @@ _ROPE_LAYOUTS = {"half": 0, "interleaved": 1}
 _ALIBI_MODES = {"causal": 0, "symmetric": 1, "key": 2}
 _MAX_ROWS_DIMS = 4  # leading axes the apply kernel indexes (after merging contiguous ones)
 _THREADS = 256  # per block; rope.cu declares __launch_bounds__(256)
-
-
-class Unsupported(ValueError):
-    """Inputs the kernels cannot serve as given (the caller takes the generic path)."""
 
 
 def kernel_name(kernel: str, dtype_name: str) -> str:
@@ -238,19 +234,20 @@ def _positions64(positions):
     return cp.ascontiguousarray(positions, dtype=cp.float64).reshape(-1)
 
 
-def supports(op: str, dtype=None, arrays=()) -> bool:
-    """Whether the CUDA kernel of ``op`` serves these inputs (else ``_dispatch`` picks ``_xp``)."""
+def supports(op: str, arrays=(), **kwargs) -> bool:
+    """Whether the CUDA kernel of ``op`` serves these inputs (else ``_dispatch`` tries the next)."""
     arrs = [a for a in arrays if a is not None]
-    if dtype is None and arrs:
-        dtype = arrs[0].dtype
-    if op not in KERNEL_DTYPES or dtype is None or _dtype_name(dtype) not in KERNEL_DTYPES[op]:
+    if op not in KERNEL_DTYPES or not arrs or kwargs.get("axes") is not None:
+        return False
+    dtype = kwargs.get("dtype", arrs[0].dtype)
+    if dtype is None or _dtype_name(dtype) not in KERNEL_DTYPES[op]:
         return False
     cp = _cp()
     if not all(isinstance(a, cp.ndarray) for a in arrs):
         return False
     if len({a.device.id for a in arrs}) > 1:
         return False
-    if op == "apply_rope" and len(arrs) >= 3:
+    if op == "apply_rope":
         x, cos, sin = arrs[:3]
         return cos.dtype == x.dtype and sin.dtype == x.dtype
     return True
@@ -314,10 +311,6 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     Multimodal ``axes`` (one coordinate per frequency) take the generic code on the same
     device. ``out``: an optional ``(cos, sin)`` pair of C-contiguous arrays to fill.
     """
-    if axes is not None:
-        return _xp.rope_cos_sin(positions, inv_freq, layout=layout,
-                                attention_factor=attention_factor, axes=axes, dtype=dtype,
-                                xp=xp, out=out)
     cp = _cp()
     _check_array(positions, "positions")
     dname = _check_dtype("rope_cos_sin", dtype)
@@ -395,10 +388,7 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     ``out`` that overlaps the inputs otherwise gets the result through a temporary. Inputs
     whose leading axes do not merge to at most four strided axes take ``_xp``.
     """
-    try:
-        return _apply_rope(x, cos, sin, layout=layout, inverse=inverse, out=out, storage=None)
-    except Unsupported:
-        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=out)
+    return _apply_rope(x, cos, sin, layout=layout, inverse=inverse, out=out, storage=None)
 
 
 def _apply_rope(x, cos, sin, *, layout, inverse, out, storage):

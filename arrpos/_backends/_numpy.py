@@ -3,7 +3,7 @@
 Same function names and signatures as ``_xp``; this module allocates outputs, makes the small
 inputs contiguous, caches per-frequency tables, chooses threads and streaming stores, and hands
 anything the kernels cannot serve (unusual strides, mixed dtypes, multimodal axes) back to
-``_xp``. It is imported only when the extension could be built.
+``_dispatch``, which then runs ``_xp``. It imports only when the extension was built.
 """
 from __future__ import annotations
 
@@ -12,21 +12,28 @@ import threading
 
 import numpy as np
 
-from . import _cpu, _xp
+from . import Unsupported, _cpu, _xp
 
-__all__ = ["aligned_empty", "apply_rope", "max_threads", "rope_cos_sin", "sinusoid_table", "thread_count"]
+__all__ = ["apply_rope", "have_openmp", "max_threads", "rope_cos_sin", "sinusoid_table", "supports",
+           "thread_count"]
 
 _BLOCK = 64  # rows per block of the table kernels: the 64-row rotation table stays in L2
 _PARALLEL_MIN = 1 << 16  # output elements below which one thread runs (thread start-up ~ µs)
 _STREAM_MIN_BYTES = 8 << 20  # outputs above this bypass the cache (no read-for-ownership)
 _LAYOUT_CODE = {"interleaved": 0, "split": 1, "split_cos": 2}
 _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_OPS = ("sinusoid_table", "rope_cos_sin", "apply_rope")
 _NP_XP = None
 
 
 def max_threads() -> int:
     """Threads OpenMP would use (OMP_NUM_THREADS respected); 1 when built without OpenMP."""
     return _cpu.max_threads()
+
+
+def have_openmp() -> bool:
+    """Whether the extension was built with OpenMP."""
+    return bool(_cpu.have_openmp())
 
 
 def thread_count(work: int) -> int:
@@ -68,6 +75,39 @@ def aligned_empty(shape, dtype, align=64):
     return buf[start:start + nbytes].view(dtype).reshape(shape)
 
 
+def _kernel_ok(a, dtype):
+    """A NumPy array of ``dtype`` whose last axis the kernels can walk (unit stride)."""
+    return (isinstance(a, np.ndarray) and a.dtype == dtype
+            and (a.strides[-1] == a.itemsize or a.shape[-1] <= 1))
+
+
+def _apply_ok(x, cos, sin, out) -> bool:
+    """Inputs the fused apply kernel serves: one dtype, unit-stride rows, and an ``out`` that is
+    either ``x`` itself (in place, writable) or does not overlap it."""
+    dt = x.dtype
+    if not (_kernel_ok(x, dt) and _kernel_ok(cos, dt) and _kernel_ok(sin, dt)):
+        return False
+    if out is None:
+        return True
+    return _kernel_ok(out, dt) and out.flags.writeable and (
+        _same_view(out, x) or not np.may_share_memory(out, x))
+
+
+def _same_view(a, b) -> bool:
+    return a is b or (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                      and a.strides == b.strides and a.shape == b.shape)
+
+
+def supports(op, arrays, **kwargs) -> bool:
+    """Whether the compiled kernel of ``op`` serves these NumPy inputs (float32/float64)."""
+    if op not in _OPS or not arrays or not isinstance(arrays[0], np.ndarray):
+        return False
+    if op == "apply_rope":
+        x, cos, sin, out = arrays
+        return x.dtype in _KERNEL_DTYPES and _apply_ok(x, cos, sin, out)
+    return kwargs.get("axes") is None and np.dtype(kwargs["dtype"]) in _KERNEL_DTYPES
+
+
 def _check_out(out, shape, dtype, name="out"):
     if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
         raise ValueError(
@@ -103,10 +143,6 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
 
 def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
     """Twin of ``_xp.rope_cos_sin``: cos/sin tables ``P + (2F,)`` from exact rotations."""
-    if axes is not None or np.dtype(dtype) not in _KERNEL_DTYPES:
-        return _xp.rope_cos_sin(positions, inv_freq, layout=layout,
-                                attention_factor=attention_factor, axes=axes, dtype=dtype,
-                                xp=xp or _np_xp(), out=out)
     pos = np.ascontiguousarray(positions, dtype=np.float64).reshape(-1)
     shape = tuple(np.shape(positions))
     w = np.ascontiguousarray(inv_freq, dtype=np.float64).reshape(-1)
@@ -145,10 +181,6 @@ def _as4d(a, ndim):
         return None
 
 
-def _kernel_ok(a, dtype):
-    return a.dtype == dtype and (a.strides[-1] == a.itemsize or a.shape[-1] <= 1)
-
-
 # fused Cython functions dispatch on their argument types at every call; a decode step cannot
 # afford that, so the specialisations are looked up once
 _APPLY = {np.dtype(np.float32): _cpu.apply_rope["float"],
@@ -158,15 +190,7 @@ _APPLY = {np.dtype(np.float32): _cpu.apply_rope["float"],
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope``; strided and broadcast cos/sin are read in place, not copied."""
     dt = x.dtype
-    inplace = out is not None and (out is x or (
-        out.__array_interface__["data"][0] == x.__array_interface__["data"][0]
-        and out.strides == x.strides and out.shape == x.shape))
-    if not (dt in _KERNEL_DTYPES and _kernel_ok(x, dt) and _kernel_ok(cos, dt)
-            and _kernel_ok(sin, dt) and (out is None or _kernel_ok(out, dt))
-            and (inplace or out is None or not np.may_share_memory(out, x))
-            and (not inplace or x.flags.writeable)):
-        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp or _np_xp(),
-                              out=out)
+    inplace = out is not None and _same_view(out, x)
     if out is not None:
         res = out
     elif x.nbytes >= _STREAM_MIN_BYTES:  # whole cache lines for full-width streaming stores
@@ -179,8 +203,7 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     else:
         x4, o4 = _as4d(x, nd), _as4d(res, nd)
     if x4 is None or o4 is None:
-        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp or _np_xp(),
-                              out=out)
+        raise Unsupported("x's leading axes do not merge without a copy")
     c4 = cos if cos.ndim == 4 else _as4d(cos, nd)
     s4 = sin if sin.ndim == 4 else _as4d(sin, nd)
     if c4 is None or s4 is None or (nd > 4 and (c4.shape[:-1] != x4.shape[:-1]
@@ -190,8 +213,7 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
         c4 = _as4d(np.broadcast_to(cos, lead), nd)
         s4 = _as4d(np.broadcast_to(sin, lead), nd)
     if c4 is None or s4 is None:
-        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp or _np_xp(),
-                              out=out)
+        raise Unsupported("cos/sin's leading axes do not merge without a copy")
     stream = not inplace and res.nbytes >= _STREAM_MIN_BYTES
     nthreads = thread_count(x.size) if x.size >= _PARALLEL_MIN else 1
     work = _work_rows(nthreads, x.shape[-1], dt) if stream else None  # only streaming uses it

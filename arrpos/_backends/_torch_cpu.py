@@ -17,14 +17,26 @@ __all__ = ["apply_rope", "rope_cos_sin", "sinusoid_table", "supports"]
 _DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-def supports(op, dtype, arrays) -> bool:
-    """CPU tensors without autograd, of a kernel dtype, for an op the NumPy adapter has."""
-    if dtype not in _DTYPES or not hasattr(_numpy, op):
+def supports(op, arrays, **kwargs) -> bool:
+    """CPU tensors without autograd, of a kernel dtype, that the NumPy adapter serves as views."""
+    if not hasattr(_numpy, op) or not arrays:
         return False
     for a in arrays:
         if isinstance(a, torch.Tensor) and (a.device.type != "cpu" or a.requires_grad):
             return False
-    return True
+    dtype = kwargs.get("dtype", arrays[0].dtype)
+    if dtype not in _DTYPES:
+        return False
+    try:
+        if op == "apply_rope":
+            x, cos, sin, out = arrays
+            if not (x.dtype == cos.dtype == sin.dtype):  # promotion rules: the generic path
+                return False
+            xn = _np(x)
+            return _numpy.supports(op, (xn, _np(cos), _np(sin), xn if out is x else _np(out)))
+        return _numpy.supports(op, (_np(arrays[0]),), **{**kwargs, "dtype": _DTYPES[dtype]})
+    except (BufferError, RuntimeError, TypeError):  # no NumPy view of it (e.g. bfloat16)
+        return False
 
 
 def _np(t):
@@ -38,12 +50,6 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
 
 
 def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
-    if axes is not None:  # multimodal: the generic path
-        from . import _xp
-
-        return _xp.rope_cos_sin(positions, inv_freq, layout=layout,
-                                attention_factor=attention_factor, axes=axes, dtype=dtype, xp=xp,
-                                out=out)
     np_out = None if out is None else (_np(out[0]), _np(out[1]))
     cos, sin = _numpy.rope_cos_sin(_np(positions), _np(inv_freq), layout=layout,
                                    attention_factor=attention_factor, axes=None,
@@ -52,10 +58,6 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
 
 
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
-    if x.dtype != cos.dtype or x.dtype != sin.dtype:  # promotion rules: the generic path
-        from . import _xp
-
-        return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=out)
     xn = _np(x)
     on = xn if out is x else _np(out)
     res = _numpy.apply_rope(xn, _np(cos), _np(sin), layout=layout, inverse=inverse, xp=None,

@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from . import _cupy, _xp
+from . import _cupy
 
 __all__ = ["alibi_bias", "apply_rope", "cupy_available", "rope_cos_sin", "sinusoid_table",
            "supports"]
@@ -47,10 +47,10 @@ def _name(dtype) -> str:
     return str(dtype).rsplit(".", 1)[-1]  # torch.bfloat16 -> "bfloat16"
 
 
-def supports(op: str, dtype=None, arrays=()) -> bool:
+def supports(op: str, arrays=(), **kwargs) -> bool:
     """CUDA tensors on one device, none requiring grad, of a dtype the kernel has."""
     arrs = [a for a in arrays if a is not None]
-    if not arrs or op not in _cupy.KERNEL_DTYPES:
+    if not arrs or op not in _cupy.KERNEL_DTYPES or kwargs.get("axes") is not None:
         return False  # without the arrays, device and autograd are unknown: generic path
     torch = _torch()
     for t in arrs:
@@ -58,11 +58,9 @@ def supports(op: str, dtype=None, arrays=()) -> bool:
             return False
     if len({t.device for t in arrs}) > 1:
         return False
-    if dtype is None:
-        dtype = arrs[0].dtype
-    if _name(dtype) not in _cupy.KERNEL_DTYPES[op]:
+    if _name(kwargs.get("dtype", arrs[0].dtype)) not in _cupy.KERNEL_DTYPES[op]:
         return False
-    if op == "apply_rope" and len(arrs) >= 3:
+    if op == "apply_rope":
         x, cos, sin = arrs[:3]
         if cos.dtype != x.dtype or sin.dtype != x.dtype:
             return False
@@ -127,10 +125,6 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
 
 def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
     """Twin of ``_xp.rope_cos_sin`` for CUDA tensors; multimodal ``axes`` take ``_xp``."""
-    if axes is not None:
-        return _xp.rope_cos_sin(positions, inv_freq, layout=layout,
-                                attention_factor=attention_factor, axes=axes, dtype=dtype,
-                                xp=xp, out=out)
     torch = _torch()
     device = positions.device
     freq = _float64_on(inv_freq, device, "inv_freq")
@@ -164,12 +158,8 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     if out is None:
         out = torch.empty(lead + (x.shape[-1],), dtype=x.dtype, device=x.device)
     with _on_torch_stream(x.device):
-        try:
-            _cupy._apply_rope(_as_cupy(x), _as_cupy(cos), _as_cupy(sin), layout=layout,
-                              inverse=inverse, out=_as_cupy(out), storage=_name(x.dtype))
-        except _cupy.Unsupported:
-            return _xp.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp,
-                                  out=out if given else None)
+        _cupy._apply_rope(_as_cupy(x), _as_cupy(cos), _as_cupy(sin), layout=layout,
+                          inverse=inverse, out=_as_cupy(out), storage=_name(x.dtype))
     if given:
         _mark_written(out)
     return out

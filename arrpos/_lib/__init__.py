@@ -11,7 +11,9 @@ from ._namespace import (
     dtype_kind,
     has_float64,
     is_lazy,
+    is_writeable,
     namespace_for,
+    to_numpy,
 )
 from ._validate import (
     check_choice,
@@ -40,5 +42,7 @@ __all__ = [
     "device_of",
     "has_float64",
     "is_lazy",
+    "is_writeable",
     "namespace_for",
+    "to_numpy",
 ]

@@ -11,7 +11,9 @@ __all__ = [
     "device_of",
     "has_float64",
     "is_lazy",
+    "is_writeable",
     "namespace_for",
+    "to_numpy",
 ]
 
 _NAMESPACE_CACHE: dict[int, object] = {}
@@ -186,3 +188,28 @@ def _backend_name(xp) -> str:
     if _compat.is_array_api_strict_namespace(xp):
         return "array_api_strict"
     return getattr(xp, "__name__", type(xp).__name__)
+
+
+def is_writeable(x) -> bool:
+    """Whether ``x``'s elements can be assigned in place (False for JAX arrays)."""
+    return bool(_compat.is_writeable_array(x))
+
+
+def to_numpy(x):
+    """A NumPy array with ``x``'s values on the host (computes a lazy array, copies from a GPU,
+    detaches from autograd; 16-bit floats NumPy lacks become float32)."""
+    import numpy as np
+
+    if _compat.is_torch_array(x):
+        x = x.detach().cpu()
+        if x.dtype.is_floating_point and x.element_size() < 4:
+            x = x.float()  # NumPy has no bfloat16
+        return x.numpy()
+    if _compat.is_cupy_array(x):
+        return x.get()
+    if _compat.is_dask_array(x):
+        return np.asarray(x.compute())
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError, RuntimeError):
+        return np.from_dlpack(x)
