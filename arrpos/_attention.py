@@ -91,7 +91,6 @@ def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, rel
         scale = 1.0 / math.sqrt(q.shape[-1])
     else:
         scale = check_real_scalar(scale, "scale", positive=True)
-    qn, kn = q.shape[-2], k.shape[-2]
     key_table = value_table = index = None
     if relative is not None:
         if not isinstance(relative, tuple) or len(relative) != 3:
@@ -108,39 +107,49 @@ def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, rel
     if bias is not None:
         _float_array(xp, bias, "bias")
         scores = scores + xp.astype(bias, scores.dtype)
-    allowed = None
-    if mask is not None:
-        if not (hasattr(mask, "dtype") and xp.isdtype(mask.dtype, "bool")):
-            raise TypeError(f"mask must be a boolean array, got {getattr(mask, 'dtype', mask)!r}")
-        allowed = mask
-    if causal:
-        dev = device_of(q)
-        i = xp.reshape(xp.arange(qn, device=dev), (qn, 1))
-        j = xp.reshape(xp.arange(kn, device=dev), (1, kn))
-        c = j <= i + (kn - qn)
-        allowed = c if allowed is None else xp.logical_and(allowed, c)
-    try:
-        if allowed is not None:
-            allowed = xp.broadcast_to(allowed, scores.shape)
-    except (ValueError, RuntimeError) as exc:
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores "
-            f"{tuple(scores.shape)}: {exc}"
-        ) from None
-    neg_inf = xp.full_like(scores, -math.inf)
-    if allowed is not None:
-        scores = xp.where(allowed, scores, neg_inf)
-    top = xp.max(scores, axis=-1, keepdims=True)
-    top = xp.where(xp.isfinite(top), top, xp.zeros_like(top))  # fully masked rows
-    e = xp.exp(scores - top)
-    denom = xp.sum(e, axis=-1, keepdims=True)
-    weights = e / xp.where(denom > 0, denom, xp.ones_like(denom))
+    weights = _softmax(xp, scores, _allowed(xp, scores, mask, causal))
     out = xp.matmul(weights, xp.astype(v, weights.dtype))
     if value_table is not None:
         if index is None:
             raise ValueError("relative needs an index for the value table")
         out = out + shaw_value_term(weights, value_table, index)
     return (out, weights) if return_weights else out
+
+
+def _allowed(xp, scores, mask, causal):
+    """The boolean mask of allowed (query, key) pairs, broadcast to ``scores``; None: all."""
+    allowed = None
+    if mask is not None:
+        if not (hasattr(mask, "dtype") and xp.isdtype(mask.dtype, "bool")):
+            raise TypeError(f"mask must be a boolean array, got {getattr(mask, 'dtype', mask)!r}")
+        allowed = mask
+    if causal:
+        qn, kn = scores.shape[-2], scores.shape[-1]
+        dev = device_of(scores)
+        i = xp.reshape(xp.arange(qn, device=dev), (qn, 1))
+        j = xp.reshape(xp.arange(kn, device=dev), (1, kn))
+        c = j <= i + (kn - qn)  # queries aligned to the end of the keys (a cache)
+        allowed = c if allowed is None else xp.logical_and(allowed, c)
+    if allowed is None:
+        return None
+    try:
+        return xp.broadcast_to(allowed, scores.shape)
+    except (ValueError, RuntimeError) as exc:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores "
+            f"{tuple(scores.shape)}: {exc}"
+        ) from None
+
+
+def _softmax(xp, scores, allowed):
+    """Row softmax with the row maximum subtracted; fully masked rows give zeros, not NaN."""
+    if allowed is not None:
+        scores = xp.where(allowed, scores, xp.full_like(scores, -math.inf))
+    top = xp.max(scores, axis=-1, keepdims=True)
+    top = xp.where(xp.isfinite(top), top, xp.zeros_like(top))
+    e = xp.exp(scores - top)
+    denom = xp.sum(e, axis=-1, keepdims=True)
+    return e / xp.where(denom > 0, denom, xp.ones_like(denom))
 
 
 def similarity(table, /, *, metric="dot"):
@@ -199,6 +208,39 @@ def _skew(xp, s):
     padded = xp.concat([flipped, xp.zeros_like(s)], axis=-1)  # (L, 2L)
     flat = xp.reshape(padded, (2 * n * n,))[: n * (2 * n - 1)]
     return xp.reshape(flat, (n, 2 * n - 1))
+
+
+def _between_offsets(xp, cen):
+    """Translation invariance: the sum of squares explained by grouping the centred pairs by
+    their offset (the columns of the skewed matrix)."""
+    n = cen.shape[0]
+    sk = _skew(xp, cen)  # zero-padded, diagonal (offset 0) entries already zero
+    offsets = xp.arange(2 * n - 1, device=device_of(cen)) - (n - 1)
+    counts = xp.astype(n - xp.abs(offsets), cen.dtype)
+    gsum = xp.sum(sk, axis=0)
+    return xp.sum(xp.where(offsets != 0, gsum * gsum / counts, xp.zeros_like(gsum)))
+
+
+def _monotonicity(xp, phi):
+    """Mean Spearman correlation between distance and proximity rank along each row, forward
+    and backward, over ``max(2, n // 2)`` steps."""
+    n = phi.shape[0]
+    dev = device_of(phi)
+    m = max(2, n // 2)
+    rhos = []
+    for direction in (1, -1):
+        anchors = n - m
+        x = xp.reshape(xp.arange(anchors, device=dev), (anchors, 1))
+        if direction < 0:
+            x = x + m
+        steps = xp.reshape(xp.arange(1, m + 1, device=dev), (1, m))
+        cols = x + direction * steps
+        flat = xp.reshape(x * n + cols, (anchors * m,))
+        prox = xp.reshape(xp.take(xp.reshape(phi, (n * n,)), flat), (anchors, m))
+        ranks = xp.argsort(xp.argsort(-prox, axis=1, stable=True), axis=1, stable=True)
+        d = xp.astype(ranks, phi.dtype) - xp.astype(steps - 1, phi.dtype)
+        rhos.append(1.0 - 6.0 * xp.sum(d * d, axis=1) / (m * (m * m - 1)))
+    return xp.mean(xp.concat(rhos))
 
 
 def properties(table, /, *, metric="dot"):
@@ -275,36 +317,9 @@ def properties(table, /, *, metric="dot"):
     mean = xp.sum(xp.where(off, phi, zero)) / count
     cen = xp.where(off, phi - mean, zero)
     total = xp.sum(cen * cen)
-
-    # translation invariance: group the pairs by offset (columns of the skewed matrix)
-    sk = _skew(xp, cen)  # zero-padded, diagonal (offset 0) entries already zero
-    offsets = xp.arange(2 * n - 1, device=dev) - (n - 1)
-    counts = xp.astype(n - xp.abs(offsets), phi.dtype)
-    gsum = xp.sum(sk, axis=0)
-    between = xp.sum(xp.where(offsets != 0, gsum * gsum / counts, xp.zeros_like(gsum)))
-    within = total - between
-
-    # symmetry: correlation with the transpose
-    cross = xp.sum(cen * xp.matrix_transpose(cen))
-
-    # monotonicity: Spearman along each row, forward and backward
-    m = max(2, n // 2)
-    rhos = []
-    for direction in (1, -1):
-        anchors = n - m
-        x = xp.reshape(xp.arange(anchors, device=dev), (anchors, 1))
-        if direction < 0:
-            x = x + m
-        steps = xp.reshape(xp.arange(1, m + 1, device=dev), (1, m))
-        cols = x + direction * steps
-        flat = xp.reshape(x * n + cols, (anchors * m,))
-        prox = xp.reshape(xp.take(xp.reshape(phi, (n * n,)), flat), (anchors, m))
-        ranks = xp.argsort(xp.argsort(-prox, axis=1, stable=True), axis=1, stable=True)
-        d = xp.astype(ranks, phi.dtype) - xp.astype(steps - 1, phi.dtype)
-        rho = 1.0 - 6.0 * xp.sum(d * d, axis=1) / (m * (m * m - 1))
-        rhos.append(rho)
-    mono = xp.mean(xp.concat(rhos))
-
+    within = total - _between_offsets(xp, cen)
+    cross = xp.sum(cen * xp.matrix_transpose(cen))  # symmetry: correlation with the transpose
+    mono = _monotonicity(xp, phi)
     total_f = float(total)
     scale = max(abs(float(mean)), 1.0) ** 2 * count * 1e-24
     if total_f <= scale:  # constant phi

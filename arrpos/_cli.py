@@ -45,17 +45,6 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _require(*names: str) -> None:
-    import arrpos
-
-    missing = [n for n in names if not hasattr(arrpos, n)]
-    if missing:
-        raise CommandError(
-            f"this version of arrpos ({arrpos.__version__}) does not provide "
-            f"{', '.join('arrpos.' + n for n in missing)} yet"
-        )
-
-
 def _dtype(name: str) -> Any:
     import numpy as np
 
@@ -206,27 +195,21 @@ def _figure(args: argparse.Namespace) -> Any:
 
     kind = args.kind
     if kind == "sinusoidal":
-        _require("sinusoidal")
         pe = arrpos.sinusoidal(args.length, args.dim, base=args.base, layout=args.layout)
         return plot.table(pe, title=f"sinusoidal encoding ({args.length} x {args.dim}, "
                                     f"{args.layout}, base {args.base:g})")
     if kind == "similarity":
-        _require("similarity")
         if args.table:
             tab = _load_npy(args.table, "--table")
         else:
-            _require("sinusoidal")
             tab = arrpos.sinusoidal(args.length, args.dim, base=args.base)
         return plot.similarity(tab, metric=args.metric)
     if kind == "rope-decay":
-        _require("rope_frequencies", "rope_cos_sin", "apply_rope")
         return plot.rope_decay(args.dim, max_distance=args.max_distance, base=args.base)
     if kind == "alibi":
-        _require("alibi_slopes", "alibi_bias")
         return plot.alibi(args.heads, length=args.length, mode=args.mode,
                           max_bias=args.max_bias)
     if kind == "t5":
-        _require("relative_positions", "t5_bucket", "relative_bias")
         if args.table:
             tab = _load_npy(args.table, "--table")
         else:  # an untrained table: random values per bucket make the bucket pattern visible
@@ -270,14 +253,12 @@ def _cmd_table(args: argparse.Namespace) -> int:
     kind = args.kind
     if kind == "sinusoidal":
         _check_suffix(args.output, (".npy",))
-        _require("sinusoidal")
         arr = arrpos.sinusoidal(args.length, args.dim, base=args.base, layout=args.layout,
                                 dtype=dtype)
         np.save(args.output, arr)
         what = f"shape {arr.shape}"
     elif kind == "rope":
         suffix = _check_suffix(args.output, (".npz", ".npy"))
-        _require("rope_frequencies", "rope_cos_sin")
         inv_freq, factor = arrpos.rope_frequencies(args.dim, base=args.base)
         cos, sin = arrpos.rope_cos_sin(np.arange(args.length), inv_freq, layout=args.layout,
                                        attention_factor=factor, dtype=dtype)
@@ -290,7 +271,6 @@ def _cmd_table(args: argparse.Namespace) -> int:
             what = f"shape {arr.shape}: [cos, sin]"
     elif kind == "alibi":
         _check_suffix(args.output, (".npy",))
-        _require("alibi_slopes", "alibi_bias")
         slopes = arrpos.alibi_slopes(args.heads, max_bias=args.max_bias, dtype=dtype)
         arr = arrpos.alibi_bias(slopes, args.length, args.length, mode=args.mode)
         np.save(args.output, arr)

@@ -83,7 +83,7 @@ def mae_2d_sincos(embed_dim, grid_h, grid_w):
     return np.concatenate([emb_h, emb_w], axis=1)
 
 
-# --- RoPE: the published formulas as plain float64 Python loops (REFERENCE.md, transformers 5) ---
+# --- RoPE: the published formulas as plain float64 Python loops (docs/reference.md, transformers 5) ---
 
 
 def rope_default_loop(dim, base):

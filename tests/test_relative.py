@@ -14,7 +14,7 @@ DIST = np.arange(-1000, 1001)
 # ----------------------------------------------------------------- independent references
 
 def t5_bucket_loop(rel, bidirectional, num_buckets, max_distance):
-    """REFERENCE.md's T5 rule, one Python int at a time (float32 log like the reference)."""
+    """docs/reference.md's T5 rule, one Python int at a time (float32 log like the reference)."""
     out = []
     for r in np.asarray(rel).reshape(-1).tolist():
         nb = num_buckets
@@ -37,7 +37,7 @@ def t5_bucket_loop(rel, bidirectional, num_buckets, max_distance):
 
 
 def deberta_bucket_loop(rel_qk, bucket_size, max_position):
-    """REFERENCE.md's DeBERTa rule on ``query - key``, one Python int at a time."""
+    """docs/reference.md's DeBERTa rule on ``query - key``, one Python int at a time."""
     mid = bucket_size // 2
     out = []
     for r in np.asarray(rel_qk).reshape(-1).tolist():

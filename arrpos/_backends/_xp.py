@@ -159,7 +159,7 @@ def _sincos32(positions, w_hi, w_lo, xp, per_frequency):
     h = xp.sin(ang * 0.5)
     vers = 2.0 * h * h  # 1 - cos(ang), without cancellation
     idx = xp.astype(j, xp.int32) % _TURN_TABLE
-    dev = _device(s)
+    dev = device_of(s)
     ct = xp.asarray(_COS_T, dtype=xp.float32, device=dev)
     st = xp.asarray(_SIN_T, dtype=xp.float32, device=dev)
     flat = xp.reshape(idx, (-1,))
@@ -170,10 +170,6 @@ def _sincos32(positions, w_hi, w_lo, xp, per_frequency):
     return sin, cos
 
 
-def _device(x):
-    return device_of(x)
-
-
 def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     """The sinusoid table ``P + (width,)`` for host double-double frequencies ``hi + lo``.
 
@@ -181,7 +177,7 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     ``"split_cos"`` ([cos | sin]); columns past ``2 * len(hi)`` are zero. ``out``, when
     given, receives the table (namespaces with mutable arrays only).
     """
-    device = _device(positions)
+    device = device_of(positions)
     w_hi, w_lo = frequency_arrays(hi, lo, xp=xp, device=device)
     s, c = sincos(positions, w_hi, w_lo, xp=xp)
     s = xp.astype(s, dtype)
@@ -217,7 +213,7 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     rounding to ``dtype``. ``layout``: ``"half"`` -> ``[f | f]``, ``"interleaved"`` -> each
     frequency twice. ``out``: an optional ``(cos_out, sin_out)`` pair to write into.
     """
-    work = xp.float64 if has_float64(xp, _device(positions)) else xp.float32
+    work = xp.float64 if has_float64(xp, device_of(positions)) else xp.float32
     return rope_cos_sin_pair(positions, xp.astype(inv_freq, work), None, layout=layout,
                              attention_factor=attention_factor, axes=axes, dtype=dtype, xp=xp,
                              out=out)
@@ -230,7 +226,7 @@ def rope_cos_sin_pair(positions, w_hi, w_lo, *, layout, attention_factor, axes, 
     Generic only: a float32 pair (:func:`frequency_arrays`) carries float64 frequencies to a
     device without float64, so the angles are those of the exact frequencies.
     """
-    device = _device(positions)
+    device = device_of(positions)
     if axes is not None:
         idx = xp.asarray(list(axes), dtype=xp.int32, device=device)
         pos = xp.take(positions, idx, axis=positions.ndim - 1)  # P + (F,), one per frequency
@@ -302,7 +298,7 @@ def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
     ``d >= 0`` and 0 elsewhere, ``"symmetric"`` ``-slope * |d|``, ``"key"`` ``slope * k_pos``.
     Distances are exact integers converted once to ``dtype``; one multiply per element.
     """
-    dev = _device(slopes)
+    dev = device_of(slopes)
     s = xp.reshape(xp.astype(slopes, dtype), (slopes.shape[0], 1, 1))
     kpos = xp.reshape(xp.arange(key_len, device=dev), (1, key_len))
     if mode == "key":
