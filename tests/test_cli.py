@@ -306,13 +306,6 @@ def test_errors_are_one_line(tmp_path, args, status, words):
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
-def test_error_names_missing_family(monkeypatch, capsys):
-    monkeypatch.delattr(arrpos, "sinusoidal")
-    assert _cli.main(["table", "sinusoidal", "--length", "4", "--dim", "4", "-o", "x.npy"]) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "arrpos.sinusoidal" in err and "Traceback" not in err
-
-
 # -------------------------------------------------------------------------------------- bench
 
 
