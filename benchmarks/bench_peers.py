@@ -1,0 +1,323 @@
+"""The calls users make, against what they would pick instead, timed in one run.
+
+Rows (arrpos through its public functions, dispatch and validation included):
+
+- prefill ``apply_rope`` ``(4, 2048, 32, 128)`` float32, into ``out=`` and allocating, both
+  layouts, against ONNX Runtime's two ``RotaryEmbedding`` ops (into a preallocated output with
+  I/O binding, and ``run()``), torch eager (transformers' ``rotate_half``), JAX ``jit``, numba;
+- the decode step from positions ``(1, 1, 32, 128)``: one token at one position, and 32
+  sequences each at its own position, from a half-width cos/sin cache (the ONNX form);
+- float16 and bfloat16 ``x`` against arrpos's own float32 time and ONNX Runtime float16;
+- a scaling sweep over the sequence length (128 .. 8192).
+
+Every figure is a ratio to a time measured in the same process, interleaved. Peers that are not
+installed are left out (their rows say so). Threads: whatever ``OMP_NUM_THREADS`` says for
+arrpos; the peers are given the same count.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+import arrpos
+
+from ._timing import interleaved
+
+PREFILL = (4, 2048, 32, 128)
+DECODE_HEADS, HEAD_DIM, MAX_POS = 32, 128, 4096
+
+
+def _threads() -> int:
+    from arrpos._dispatch import compiled_threads
+
+    return int(os.environ.get("OMP_NUM_THREADS") or compiled_threads()["threads"] or 1)
+
+
+def _cache(dtype=np.float32):
+    """Half-width cos/sin caches ``(MAX_POS, HEAD_DIM/2)`` (the ONNX layout) from arrpos."""
+    inv, _ = arrpos.rope_frequencies(HEAD_DIM)
+    cos, sin = arrpos.rope_cos_sin(np.arange(MAX_POS), inv, dtype=dtype)
+    half = HEAD_DIM // 2
+    return np.ascontiguousarray(cos[:, :half]), np.ascontiguousarray(sin[:, :half])
+
+
+# ------------------------------------------------------------------------------ ONNX Runtime
+
+
+def _ort_session(domain: str, shape, dtype, interleaved: bool, threads: int):
+    """An ORT session of one RotaryEmbedding node over ``x`` ``(batch, seq, heads*dim)``."""
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        return None
+    b, s, h, d = shape
+    et = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}[dtype]
+    ms = "com.microsoft" if domain == "ms" else ""
+    inputs = ["x", "pos", "cos", "sin"] if ms else ["x", "cos", "sin", "pos"]
+    node = helper.make_node("RotaryEmbedding", inputs, ["y"], domain=ms,
+                            interleaved=int(interleaved), num_heads=h)
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [node], "rope",
+        [vi("x", et, [b, s, h * d]), vi("pos", TensorProto.INT64, [b, s]),
+         vi("cos", et, [MAX_POS, d // 2]), vi("sin", et, [MAX_POS, d // 2])],
+        [vi("y", et, [b, s, h * d])])
+    opsets = [helper.make_opsetid("", 23)] + ([helper.make_opsetid(ms, 1)] if ms else [])
+    model = helper.make_model(graph, opset_imports=opsets)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    try:
+        return ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+    except Exception:  # an op this ORT build lacks (e.g. float16 on the CPU)
+        return None
+
+
+def _ort_calls(sess, x, pos, cos, sin):
+    """``run()`` (ORT allocates) and an I/O-bound call into a preallocated output."""
+    import onnxruntime as ort
+
+    b, s = x.shape[:2]
+    feeds = {"x": x.reshape(b, s, -1), "pos": pos, "cos": cos, "sin": sin}
+    out = np.empty_like(feeds["x"])
+    binding = sess.io_binding()
+    for name, value in feeds.items():
+        binding.bind_cpu_input(name, value)
+    binding.bind_output("y", "cpu", element_type=out.dtype, shape=out.shape,
+                        buffer_ptr=out.ctypes.data)
+    del ort  # imported above only to fail early when absent
+    keep = (feeds, out)  # the binding holds raw pointers into these: keep them alive
+
+    def bound():
+        sess.run_with_iobinding(binding)
+        return keep[1]
+
+    return (lambda: sess.run(None, feeds)), bound
+
+
+# ------------------------------------------------------------------------------ the rows
+
+
+def _apply_cached(x, cos, sin, ids, layout="half", out=None):
+    """arrpos's decode call: the fused gather when it exists, else gather + apply_rope."""
+    fused = getattr(arrpos, "apply_rope_cached", None)
+    if fused is not None:
+        return fused(x, cos, sin, ids, layout=layout, out=out)
+    c, s = cos[ids], sin[ids]
+    full = (lambda t: np.concatenate([t, t], axis=-1)) if layout == "half" else (
+        lambda t: np.repeat(t, 2, axis=-1))
+    return arrpos.apply_rope(x, full(c), full(s), layout=layout, out=out)
+
+
+def prefill_rows(rounds, quick):
+    rng = np.random.default_rng(0)
+    shape = (1, 512, 32, 128) if quick else PREFILL
+    b, s, h, d = shape
+    x = rng.standard_normal(shape, dtype=np.float32)
+    cos_c, sin_c = _cache()
+    pos = np.broadcast_to(np.arange(s), (b, s)).astype(np.int64)
+    rows = []
+    for layout in ("half", "interleaved"):
+        inv, _ = arrpos.rope_frequencies(d)
+        cos, sin = arrpos.rope_cos_sin(np.arange(s), inv, layout=layout, dtype=np.float32)
+        cos, sin = cos[:, None], sin[:, None]
+        out = np.empty_like(x)
+        out.fill(0)
+        funcs = {"out=": lambda: arrpos.apply_rope(x, cos, sin, layout=layout, out=out),
+                 "alloc": lambda: arrpos.apply_rope(x, cos, sin, layout=layout),
+                 "copyto": lambda: np.copyto(out, x)}
+        for domain in ("ms", "onnx"):
+            sess = _ort_session(domain, shape, np.float32, layout == "interleaved", _threads())
+            if sess is not None:
+                run, bound = _ort_calls(sess, x, pos, cos_c, sin_c)
+                funcs[f"ort-{domain} run"] = run
+                funcs[f"ort-{domain} out"] = bound
+        funcs.update(_framework_calls(x, cos, sin, layout))
+        t = interleaved(funcs, rounds=rounds)
+        rows.append((f"apply_rope {layout} f32 out=", str(shape), t["out="] * 1e3,
+                     f"{t['out='] / t['copyto']:.2f} x np.copyto", _peer_text(t, "out=", " out")))
+        rows.append((f"apply_rope {layout} f32 allocating", str(shape), t["alloc"] * 1e3,
+                     f"{t['alloc'] / t['out=']:.2f} x its out= call", _peer_text(t, "alloc", " run")))
+    return rows
+
+
+def _framework_calls(x, cos, sin, layout):
+    """torch eager and JAX jit of transformers' formula (both allocate their result)."""
+    calls = {}
+    try:
+        import torch
+
+        torch.set_num_threads(_threads())
+        tx, tc, ts = (torch.from_numpy(np.ascontiguousarray(a)) for a in (x, cos, sin))
+
+        def torch_rope():
+            if layout == "half":
+                x1, x2 = tx.chunk(2, dim=-1)
+                rot = torch.cat((-x2, x1), dim=-1)
+            else:
+                rot = torch.stack((-tx[..., 1::2], tx[..., ::2]), dim=-1).flatten(-2)
+            return tx * tc + rot * ts
+
+        calls["torch eager run"] = torch_rope
+    except ImportError:
+        pass
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        @jax.jit
+        def jax_rope(x, c, s):
+            if layout == "half":
+                h = x.shape[-1] // 2
+                rot = jnp.concatenate((-x[..., h:], x[..., :h]), axis=-1)
+            else:
+                rot = jnp.stack((-x[..., 1::2], x[..., ::2]), axis=-1).reshape(x.shape)
+            return x * c + rot * s
+
+        jx, jc, js = (jax.device_put(a) for a in (x, cos, sin))
+        calls["jax jit run"] = lambda: jax_rope(jx, jc, js).block_until_ready()
+    except ImportError:
+        pass
+    return calls
+
+
+def _peer_text(t, mine, suffix):
+    """Peer time / arrpos time for the peers whose key ends in ``suffix``."""
+    parts = [f"{k.removesuffix(suffix)} {t[k] / t[mine]:.2f}" for k in t if k.endswith(suffix)]
+    return ("peer/arrpos: " + ", ".join(parts)) if parts else "no ONNX Runtime"
+
+
+def decode_rows(rounds, quick):
+    rng = np.random.default_rng(1)
+    cos_c, sin_c = _cache()
+    rows = []
+    for batch in (1, 32):
+        x = rng.standard_normal((batch, 1, DECODE_HEADS, HEAD_DIM), dtype=np.float32)
+        ids = rng.integers(0, MAX_POS, size=(batch, 1)).astype(np.int64)
+        out = np.empty_like(x)
+        funcs = {"arrpos": lambda: _apply_cached(x, cos_c, sin_c, ids[:, :, None], out=out),
+                 "numpy": lambda: _numpy_decode(x, cos_c, sin_c, ids)}
+        sess = _ort_session("ms", x.shape, np.float32, False, _threads())
+        if sess is not None:
+            funcs["ort-ms"] = _ort_calls(sess, x, ids, cos_c, sin_c)[1]
+        numba_fn = _numba_decode()
+        if numba_fn is not None:
+            funcs["numba"] = lambda: numba_fn(x, cos_c, sin_c, ids, out)
+        t = interleaved(funcs, rounds=rounds, min_time=0.01)
+        peers = ", ".join(f"{k} {t[k] / t['arrpos']:.2f}" for k in t if k != "arrpos")
+        what = "1 token" if batch == 1 else f"{batch} sequences, own positions"
+        rows.append((f"decode from positions ({what})", str(x.shape), t["arrpos"] * 1e3,
+                     f"{t['arrpos'] * 1e6:.1f} us per call", f"peer/arrpos: {peers}"))
+    return rows
+
+
+def _numpy_decode(x, cos_c, sin_c, ids):
+    c = np.concatenate([cos_c[ids], cos_c[ids]], axis=-1)[:, :, None]
+    s = np.concatenate([sin_c[ids], sin_c[ids]], axis=-1)[:, :, None]
+    h = x.shape[-1] // 2
+    return x * c + np.concatenate((-x[..., h:], x[..., :h]), axis=-1) * s
+
+
+_NUMBA = []
+
+
+def _numba_decode():
+    """A numba gather-and-rotate (half layout), compiled once; None without numba."""
+    if _NUMBA:
+        return _NUMBA[0]
+    try:
+        import numba
+    except ImportError:
+        _NUMBA.append(None)
+        return None
+
+    @numba.njit(cache=False, fastmath=False)
+    def rope(x, cos_c, sin_c, ids, out):
+        b, s, h, d = x.shape
+        half = d // 2
+        for i in range(b):
+            for j in range(s):
+                p = ids[i, j]
+                for k in range(h):
+                    for m in range(half):
+                        c, sn = cos_c[p, m], sin_c[p, m]
+                        a, bb = x[i, j, k, m], x[i, j, k, m + half]
+                        out[i, j, k, m] = a * c - bb * sn
+                        out[i, j, k, m + half] = bb * c + a * sn
+        return out
+
+    _NUMBA.append(rope)
+    return rope
+
+
+def half_precision_rows(rounds, quick):
+    rng = np.random.default_rng(2)
+    shape = (1, 512, 32, 128) if quick else (2, 2048, 32, 128)
+    x32 = rng.standard_normal(shape, dtype=np.float32)
+    inv, _ = arrpos.rope_frequencies(shape[-1])
+    cos32, sin32 = arrpos.rope_cos_sin(np.arange(shape[1]), inv, dtype=np.float32)
+    funcs = {"f32": lambda: arrpos.apply_rope(x32, cos32[:, None], sin32[:, None], out=o32)}
+    o32 = np.empty_like(x32)
+    skipped = {}
+    for name, dt in _half_dtypes():
+        x = x32.astype(dt)
+        c, s = cos32.astype(dt)[:, None], sin32.astype(dt)[:, None]
+        o = np.empty_like(x)
+        try:
+            arrpos.apply_rope(x, c, s, out=o)
+        except (TypeError, ValueError) as exc:  # a dtype this arrpos does not take
+            skipped[name] = str(exc).splitlines()[0][:60]
+            continue
+        funcs[name] = (lambda x=x, c=c, s=s, o=o: arrpos.apply_rope(x, c, s, out=o))
+    sess = _ort_session("ms", shape, np.float16, False, _threads())
+    if sess is not None:
+        cos_c, sin_c = (a.astype(np.float16) for a in _cache())
+        pos = np.broadcast_to(np.arange(shape[1]), shape[:2]).astype(np.int64)
+        funcs["ort f16"] = _ort_calls(sess, x32.astype(np.float16), pos, cos_c, sin_c)[1]
+    t = interleaved(funcs, rounds=rounds)
+    rows = [(f"apply_rope {name} out=", str(shape), float("nan"), "refused", why)
+            for name, why in skipped.items()]
+    for name in (n for n, _ in _half_dtypes() if n in t):
+        ort_txt = f"ORT f16/arrpos {t['ort f16'] / t[name]:.2f}" if "ort f16" in t else "no ORT f16"
+        rows.append((f"apply_rope {name} out=", str(shape), t[name] * 1e3,
+                     f"{t[name] / t['f32']:.2f} x arrpos f32", ort_txt))
+    return rows
+
+
+def _half_dtypes():
+    out = [("float16", np.float16)]
+    try:
+        import ml_dtypes
+
+        out.append(("bfloat16", ml_dtypes.bfloat16))
+    except ImportError:
+        pass
+    return out
+
+
+def sweep_rows(rounds, quick):
+    rng = np.random.default_rng(3)
+    rows = []
+    for seq in ((128, 1024) if quick else (128, 512, 2048, 8192)):
+        shape = (1, seq, 32, 128)
+        x = rng.standard_normal(shape, dtype=np.float32)
+        inv, _ = arrpos.rope_frequencies(128)
+        cos, sin = arrpos.rope_cos_sin(np.arange(seq), inv, dtype=np.float32)
+        out = np.empty_like(x)
+        t = interleaved({"arrpos": lambda: arrpos.apply_rope(x, cos[:, None], sin[:, None], out=out),
+                         "copy": lambda: np.copyto(out, x)}, rounds=rounds)
+        rows.append(("apply_rope sweep f32 out=", str(shape), t["arrpos"] * 1e3,
+                     f"{t['arrpos'] / t['copy']:.2f} x np.copyto", ""))
+    return rows
+
+
+def run(quick=False, rounds=None):
+    r = rounds or (3 if quick else 7)
+    rows = []
+    for part in (prefill_rows, decode_rows, half_precision_rows, sweep_rows):
+        rows += part(r, quick)
+    return rows, f"peers: {_threads()} thread(s) for arrpos, ONNX Runtime and torch"
