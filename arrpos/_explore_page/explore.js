@@ -267,6 +267,7 @@ function updateRope() {
   heatmap($("rope-scores"), R.scores, { marks: [[m, n], [m + sh, n + sh]], xlabel: "key n",
                                         ylabel: "query m" });
   const r = Math.abs(m - n);
+  $("rope-decay-value").textContent = fmt(R.decay[r]);
   linePlot($("rope-decay"), [{ ys: R.decay, color: C0 }],
     { xlabel: "distance r", marker: { x: r, ys: [[R.decay[r], INK]] } });
 }
