@@ -182,7 +182,7 @@ def explore_data(sizes: ExploreSizes | None = None) -> dict[str, Any]:
 
 
 def _asset(name: str) -> str:
-    return resources.files("arrpos").joinpath("_explore_page", name).read_text("utf-8")
+    return (resources.files("arrpos") / "_explore_page" / name).read_text("utf-8")
 
 
 def explore_html(sizes: ExploreSizes | None = None) -> str:
