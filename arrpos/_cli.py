@@ -463,8 +463,9 @@ def _explore_parser(sub: Any) -> None:
         "explore", help="interactive page: move sliders, see arrpos's numbers",
         description="Write a self-contained interactive page (HTML with its own JavaScript and "
                     "the data arrpos computed for every slider position; works offline, from "
-                    "file://) with five panels: sine wave explorer, embedding visualiser, "
-                    "rotation matrix explorer, RoPE playground, the three properties. Without "
+                    "file://) with panels: sine wave explorer, embedding visualiser, rotation "
+                    "matrix explorer, RoPE playground, the three properties, bit flipping. "
+                    "Without "
                     "-o the page goes to a temporary file and opens in the web browser.",
         epilog="Example: arrpos explore -o explore.html")
     p.add_argument("-o", "--output", metavar="FILE.html",

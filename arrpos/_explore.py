@@ -167,6 +167,15 @@ def _rope(s: ExploreSizes) -> dict[str, Any]:
             "decay": _num(decay)}
 
 
+def _bits() -> dict[str, Any]:
+    """Bit j of p flips every 2**j positions; the sinusoidal pair j of sinusoidal(pi * p, 8,
+    base=16) (frequency pi / 2**j) turns with the same period 2**(j+1), smoothly."""
+    p = np.arange(16)
+    bits = (p[:, None] >> np.arange(4)[None, :]) & 1  # column j: bit j (lowest first)
+    pe = arrpos.sinusoidal(math.pi * p, 8, base=16.0, dtype=np.float64)
+    return {"bits": bits.tolist(), "values": _num(pe)}
+
+
 def explore_data(sizes: ExploreSizes | None = None) -> dict[str, Any]:
     """Everything the explorer page shows, computed with arrpos (plain JSON-ready data)."""
     s = sizes or ExploreSizes()
@@ -178,6 +187,7 @@ def explore_data(sizes: ExploreSizes | None = None) -> dict[str, Any]:
         "tables": {name: _table_entry(e) for name, e in _tables(s).items()},
         "rotation": _rotation(),
         "rope": _rope(s),
+        "bits": _bits(),
     }
 
 

@@ -29,7 +29,7 @@ from arrpos import _cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PANELS = ("sine-explorer", "embedding-visualiser", "rotation-explorer", "rope-playground",
-          "properties")
+          "properties", "bit-flipping")
 BROWSER_DEADLINE_S = 300  # the whole browser session; chromedriver is killed after it
 TOL = 1.2e-4  # the page shows 4 decimals of values embedded with 7
 
@@ -378,6 +378,15 @@ def test_properties(browser, page_path):
     assert want[2] < 0  # the causal bias is far from symmetric: the check can fail
     for name, value in zip(("monotonicity", "translation", "symmetry"), want):
         assert number(browser, f"properties-{name}") == pytest.approx(value, abs=TOL), name
+
+
+def test_bit_flipping(browser):
+    press(browser, "bits-position", "ARROW_RIGHT", 6)  # 5 -> 11
+    assert shown(browser, "bits-binary-value") == "1011"
+    for j in range(4):  # pair j turns at pi / 2**j per position: period 2**(j+1), as bit j
+        a = math.pi * 11 / 2**j
+        got = [float(x) for x in shown(browser, f"bits-pair-{j}").split(",")]
+        np.testing.assert_allclose(got, [math.sin(a), math.cos(a)], atol=TOL)
 
 
 # ------------------------------------------------------------------------------ screenshots

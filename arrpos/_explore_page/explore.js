@@ -82,6 +82,11 @@ function heatmap(canvas, M, opts) {
     g.strokeStyle = k === 0 ? INK : "#2a9d3a";
     g.strokeRect(box.l + j * cw - 1, box.t + i * ch - 1, cw + 2, ch + 2);
   });
+  for (const i of opts.rows || []) {
+    g.lineWidth = 2;
+    g.strokeStyle = INK;
+    g.strokeRect(box.l - 1, box.t + i * ch - 1, pw + 2, ch + 2);
+  }
   g.lineWidth = 1;
   g.fillStyle = MUTED;
   g.textAlign = "center";
@@ -295,6 +300,19 @@ function updateProperties() {
                                              ylabel: "x" });
 }
 
+function updateBits() {
+  const p = val("bits-position"), B = D.bits;
+  setOut("bits-position", String(p));
+  $("bits-binary-value").textContent = B.bits[p].slice().reverse().join("");
+  for (let j = 0; j < 4; j++) {
+    const row = B.values[p];
+    $(`bits-pair-${j}`).textContent = `${fmt(row[2 * j])}, ${fmt(row[2 * j + 1])}`;
+  }
+  heatmap($("bits-binary"), B.bits, { rows: [p], xlabel: "bit", ylabel: "position" });
+  heatmap($("bits-sinusoidal"), B.values, { rows: [p], xlabel: "feature",
+                                            ylabel: "position" });
+}
+
 // ------------------------------------------------------------------------------------ set up
 
 function init() {
@@ -312,8 +330,9 @@ function init() {
   bind(["rope-m", "rope-n", "rope-shift", "rope-pair"], updateRope);
   bind(["properties-encoding", "properties-metric", "properties-head", "properties-x",
         "properties-y"], updateProperties);
+  bind(["bits-position"], updateBits);
   const all = () => { updateSine(); updateEmbedding(); updateRotation(); updateRope();
-                      updateProperties(); };
+                      updateProperties(); updateBits(); };
   let pending = 0;
   window.addEventListener("resize", () => {
     cancelAnimationFrame(pending);
