@@ -432,14 +432,24 @@ def test_layout_and_screenshots(browser, width, height):
 
 
 def _save_readme_screenshot(browser):
-    """docs/explore.png: the RoPE playground and the rotation explorer, palette PNG < 150 KB."""
+    """docs/explore.png: the rotation explorer and the RoPE playground in a set state, as a
+    palette PNG under 150 KB (ARRPOS_UPDATE_SCREENSHOT=1 python -m pytest tests/test_explore.py)."""
     from PIL import Image
 
-    el = browser.find_element(_by_id(), "rotation-explorer")
+    for control, value in (("rotation-angle", 60), ("rotation-x1", 0.75), ("rotation-x2", 0.5),
+                           ("rope-m", 17), ("rope-n", 9), ("rope-shift", 23), ("rope-pair", 2)):
+        set_control(browser, control, value)
+    browser.set_window_size(1280, 1300)
+    top = browser.find_element(_by_id(), "rotation-explorer")
     browser.execute_script("window.scrollTo(0, arguments[0].getBoundingClientRect().top"
-                           " + window.scrollY - 8)", el)
+                           " + window.scrollY - 10)", top)
+    box = browser.execute_script(
+        "const r = document.getElementById('rope-playground').getBoundingClientRect();"
+        "return [r.bottom + 10, window.innerWidth];")
     img = Image.open(io.BytesIO(browser.get_screenshot_as_png())).convert("RGB")
+    img = img.crop((0, 0, min(img.width, int(box[1])), min(img.height, int(box[0]))))
     img = img.quantize(colors=96, method=Image.Quantize.MEDIANCUT)
     out = ROOT / "docs" / "explore.png"
     img.save(out, optimize=True)
     assert out.stat().st_size < 150_000, out.stat().st_size
+    browser.set_window_size(1280, 800)

@@ -77,10 +77,11 @@ function heatmap(canvas, M, opts) {
   g.strokeStyle = INK;
   g.strokeRect(box.l, box.t, pw, ph);
   const cw = pw / cols, ch = ph / rows;
-  (opts.marks || []).forEach(([i, j], k) => {
-    g.lineWidth = 2;
-    g.strokeStyle = k === 0 ? INK : "#2a9d3a";
-    g.strokeRect(box.l + j * cw - 1, box.t + i * ch - 1, cw + 2, ch + 2);
+  (opts.marks || []).forEach(([i, j], k) => {  // at least 8 px, white halo for contrast
+    const sw = Math.max(cw + 2, 8), sh = Math.max(ch + 2, 8);
+    const x = box.l + (j + 0.5) * cw - sw / 2, y = box.t + (i + 0.5) * ch - sh / 2;
+    g.lineWidth = 4; g.strokeStyle = "#fff"; g.strokeRect(x, y, sw, sh);
+    g.lineWidth = 2; g.strokeStyle = k === 0 ? INK : "#1a8a2e"; g.strokeRect(x, y, sw, sh);
   });
   for (const i of opts.rows || []) {
     g.lineWidth = 2;
