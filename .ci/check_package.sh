@@ -34,7 +34,9 @@ dist, root = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 (whl,), (sdist,) = dist.glob("*.whl"), dist.glob("*.tar.gz")
 names = zipfile.ZipFile(whl).namelist()
 want = ["arrpos/_backends/_cpu.*.so", "arrpos/_backends/_cpu.pyi", "arrpos/py.typed",
-        "arrpos/__main__.py", "arrpos/_cli.py", "arrpos/plot.py", "*.dist-info/entry_points.txt"]
+        "arrpos/__main__.py", "arrpos/_cli.py", "arrpos/plot.py", "*.dist-info/entry_points.txt",
+        "arrpos/_explore_page/page.html", "arrpos/_explore_page/explore.js",
+        "arrpos/_explore_page/explore.css"]
 if (root / "arrpos/_backends/rope.cu").exists():
     want.append("arrpos/_backends/rope.cu")
 missing = [w for w in want if not fnmatch.filter(names, w)]
@@ -79,6 +81,8 @@ EOF
 "$TMP/venv/bin/arrpos" table sinusoidal --length 32 --dim 16 -o pe.npy
 "$VPY" -c "import numpy as np; assert np.load('pe.npy').shape == (32, 16)"
 "$VPY" -m arrpos --help >/dev/null
+"$TMP/venv/bin/arrpos" explore --length 8 --dim 8 --rope-positions 4 -o page.html
+grep -q 'id="rope-playground"' page.html  # the page template ships in the wheel
 # Without the plot extra the plot command fails with one line, not a traceback.
 if "$VPY" -m arrpos plot sinusoidal -o pe.png 2>err.txt; then
     echo "check_package: 'arrpos plot' succeeded without matplotlib"; exit 1

@@ -1,4 +1,4 @@
-"""The ``arrpos`` command line: ``info``, ``plot``, ``table`` and ``bench``.
+"""The ``arrpos`` command line: ``info``, ``plot``, ``table``, ``bench`` and ``explore``.
 
 Every command has ``--help``. Errors print one line on stderr and exit non-zero (1 for a bad
 value or a failed write, 2 for a bad command line), never a traceback.
@@ -321,6 +321,36 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return status
 
 
+# ------------------------------------------------------------------------------------- explore
+
+
+def _cmd_explore(args: argparse.Namespace) -> int:
+    from . import _explore
+
+    sizes = _explore.ExploreSizes(
+        length=args.length, dim=args.dim, heads=args.heads, base=args.base,
+        rope_dim=args.rope_dim, rope_positions=args.rope_positions, seed=args.seed)
+    page = _explore.explore_html(sizes)
+    if args.output:
+        out = Path(args.output)
+    else:  # a page of its own in the temporary directory, kept for the browser to read
+        import tempfile
+
+        fd, name = tempfile.mkstemp(prefix="arrpos-explore-", suffix=".html")
+        os.close(fd)
+        out = Path(name)
+    out.write_text(page, encoding="utf-8")
+    size = out.stat().st_size
+    print(f"wrote {out} ({size / 1e6:.1f} MB, self-contained; open it in a browser)")
+    if not args.output and not args.no_browser:
+        import webbrowser
+
+        if not webbrowser.open(out.resolve().as_uri()):
+            print("arrpos explore: no browser found; open the file above yourself",
+                  file=sys.stderr)
+    return 0
+
+
 # -------------------------------------------------------------------------------------- parser
 
 
@@ -421,6 +451,37 @@ def _table_parsers(sub: Any) -> None:
     p.add_argument("--max-bias", type=float, default=8.0, help="slope parameter (default 8)")
 
 
+def _explore_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "explore", help="interactive page: move sliders, see arrpos's numbers",
+        description="Write a self-contained interactive page (HTML with its own JavaScript and "
+                    "the data arrpos computed for every slider position; works offline, from "
+                    "file://) with panels: sine wave explorer, embedding visualiser, rotation "
+                    "matrix explorer, RoPE playground, the three properties, bit flipping. "
+                    "Without "
+                    "-o the page goes to a temporary file and opens in the web browser.",
+        epilog="Example: arrpos explore -o explore.html")
+    p.add_argument("-o", "--output", metavar="FILE.html",
+                   help="write the page here (and open nothing) instead of a temporary file")
+    p.add_argument("--no-browser", action="store_true",
+                   help="only print the path of the page written, do not open a browser")
+    p.add_argument("--length", type=_positive, default=48,
+                   help="positions of the tables and biases, 3 .. 256 (default 48)")
+    p.add_argument("--dim", type=_positive, default=64, help="features of the tables, even (default 64)")
+    p.add_argument("--heads", type=_positive, default=4, help="heads of the ALiBi and T5 biases (default 4)")
+    p.add_argument("--base", type=float, default=10000.0,
+                   help="sinusoidal base and RoPE theta (default 1e4)")
+    p.add_argument("--rope-dim", type=_positive, default=32,
+                   help="rotary width of the RoPE playground, even (default 32)")
+    p.add_argument("--rope-positions", type=_positive, default=48,
+                   help="query/key positions of the RoPE playground; shifts go up to as "
+                        "many (default 48)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random learned table, T5 table and q, k vectors "
+                        "(default 0)")
+    p.set_defaults(func=_cmd_explore)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``arrpos`` command."""
     from . import __version__
@@ -428,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="arrpos",
         description="Positional encodings on any array library: inspect the install, draw "
-                    "encodings, write tables, run the benchmarks.",
+                    "encodings, write tables, run the benchmarks, explore interactively.",
         epilog="Run 'arrpos COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"arrpos {__version__}")
@@ -460,6 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "to stderr, the table to stdout.")
     p.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
     p.set_defaults(func=_cmd_bench)
+    _explore_parser(sub)
     return parser
 
 
