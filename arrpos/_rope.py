@@ -642,8 +642,7 @@ class RoPE:
             An unknown ``rope_type`` (the message lists the known ones), missing keys, nested
             ``rope_parameters`` without ``layer_type``.
         """
-        from ._rope_config import rope_arguments  # it imports mrope_axes from here
+        from ._rope_config import rope_from_config  # it imports mrope_axes from here
 
-        head_dim, kwargs = rope_arguments(config, layer_type)
-        return cls(head_dim, **kwargs)
+        return rope_from_config(cls, config, layer_type)
 
