@@ -25,7 +25,9 @@ _INTERLEAVED = frozenset({
     "ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "glm", "glm4", "glm4v", "glm4v_text",
     "glm_ocr", "glm_ocr_text", "glm_image", "glm_image_text", "helium", "moonshine",
     "moonshine_streaming", "pe_audio_encoder", "pe_audio_video_encoder", "pe_video_encoder",
-    "openai_privacy_filter", "gptj", "codegen",
+    "openai_privacy_filter", "bailing_hybrid", "glm_moe_dsa", "longcat_flash",
+    "mistral_large4", "mistral_large4_text", "deepseek_v2", "llama4", "llama4_text",
+    "gptj", "codegen",
 })
 # model types whose modeling file reads ``rotary_dim`` (elsewhere it is a stale key:
 # transformers takes the width from partial_rotary_factor)
@@ -51,9 +53,21 @@ _MROPE = {
 }
 
 # model type -> what its modeling file does that a RoPE cannot (refused, never approximated)
+_PATCH_GRID = ("a vision rotary driven by patch coordinates that the vision model computes "
+               "(build it with rope_cos_sin(positions, inv_freq, axes=...))")
 _UNSUPPORTED = {
     "nanochat": "a rotate_half with flipped signs (it rotates by -theta); use "
                 "RoPE.apply(..., inverse=True) on a RoPE built with the same parameters",
+    "eomt_dinov3": _PATCH_GRID,
+    "llama4_vision_model": _PATCH_GRID,
+    "efficientloftr": _PATCH_GRID,
+    "esmfold2": "a 3-D rotary over atom coordinates",
+    "musicflamingo": "a rotary time embedding modulated by absolute timestamps",
+    "neomme": "a two-axis multimodal rotary whose sections follow the layer's head size",
+    "hunyuan_vl": "multimodal axes set by the input (xdrope)",
+    "hunyuan_vl_text": "multimodal axes set by the input (xdrope)",
+    "qwen2_5_omni_dit": "the DiT's rotary over mel-frame sections",
+    "qwen2_5_omni_token2wav": "the DiT's rotary over mel-frame sections",
 }
 
 _HEAD_COUNT_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads",

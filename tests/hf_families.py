@@ -30,6 +30,8 @@ import arrpos  # noqa: E402
 N_POS = 12          # dummy positions per sequence, all < MAX_POS
 MAX_POS = 64
 ATOL = 2e-5         # transformers forms float32 angles: ~|p| * 2**-24 rad at p < 64
+PINNED = "5.23."  # the transformers release MIN_PASSING was counted on
+MIN_PASSING = 234  # the pass count of transformers 5.23 (of 298 rotary types): no regressions
 REFUSALS = (ValueError, NotImplementedError)
 
 
@@ -134,15 +136,27 @@ def _hf_tables(emb, pos, layer_type, width):
     if layer_type is not None and "layer_type" in inspect.signature(emb.forward).parameters:
         kwargs["layer_type"] = layer_type
     with torch.no_grad():
-        cos, sin = emb(x, ids, **kwargs)
-    return cos, sin
+        out = emb(x, ids, **kwargs)
+    if torch.is_tensor(out) and out.is_complex():  # freqs_cis (Llama 4, DeepSeek-V2)
+        return out.real, out.imag, out
+    return out[0], out[1], None
 
 
 def _apply_function(module, config):
     if getattr(config, "rope_interleave", False) and hasattr(module,
                                                           "apply_rotary_pos_emb_interleave"):
         return module.apply_rotary_pos_emb_interleave
-    return getattr(module, "apply_rotary_pos_emb", None)
+    return getattr(module, "apply_rotary_pos_emb",
+                   getattr(module, "apply_rotary_pos_emb_interleave", None))
+
+
+def _hf_apply_complex(fn, q, freqs_cis):
+    """``apply_rotary_emb(xq, xk, freqs_cis)``: heads on axis 1 or 2, as the file expects."""
+    try:
+        return fn(q, q, freqs_cis)[0]
+    except RuntimeError:
+        qt = q.transpose(1, 2)
+        return fn(qt, qt, freqs_cis)[0].transpose(1, 2)
 
 
 def _hf_apply(fn, q, cos, sin):
@@ -254,6 +268,16 @@ def _axial(config):
     return None
 
 
+def _user_config(label, config, sub):
+    """What a user passes for this rotary: the config.json itself for the text model, the
+    sub-config for another (audio, vision) one."""
+    if label == "text_config":
+        return config
+    if label == "config":  # the top-level rotary, not the text model's
+        return {k: v for k, v in config.to_dict().items() if k != "text_config"}
+    return sub
+
+
 @functools.lru_cache(maxsize=None)
 def check(model_type):
     """``("pass" | "refuse" | "mismatch" | "none", detail)`` for one model type."""
@@ -278,8 +302,8 @@ def check(model_type):
         name = label if lt is None else f"{label}[{lt}]"
         try:
             with _quiet():
-                rope = arrpos.RoPE.from_hf_config(
-                    config if label in ("config", "text_config") else sub, layer_type=lt)
+                rope = arrpos.RoPE.from_hf_config(_user_config(label, config, sub),
+                                                  layer_type=lt)
         except REFUSALS as e:
             if not str(e).startswith(f"{sub.model_type}: "):
                 return "mismatch", f"{name}: refusal not naming the model type: {e}"
@@ -291,16 +315,24 @@ def check(model_type):
         pos = _positions(mrope, i)
         try:
             with _quiet():
-                cos, sin = _hf_tables(emb, pos, lt, rope.head_dim)
+                try:
+                    cos, sin, cis = _hf_tables(emb, pos, lt, rope.head_dim)
+                except KeyError:  # this module does not serve that layer type
+                    continue
                 width = max(rope.head_dim, cos.shape[-1])
                 gen = torch.Generator().manual_seed(i)
                 q = torch.rand(1, 2, N_POS, width, generator=gen, dtype=torch.float32) * 2 - 1
-                fn = _apply_function(module, sub)
-                if fn is None:
-                    return "none", f"{name}: no apply function found"
-                q_hf = _hf_apply(fn, q, cos, sin)
-        except Exception as e:  # noqa: BLE001
-            return "none", f"{name}: transformers side failed: {type(e).__name__}: {e}"[:200]
+                if cis is not None:
+                    fn = module.apply_rotary_emb
+                    q_hf = _hf_apply_complex(fn, q, cis)
+                else:
+                    fn = _apply_function(module, sub)
+                    if fn is None:
+                        return "mismatch", f"{name}: accepted, no apply function to check it"
+                    q_hf = _hf_apply(fn, q, cos, sin)
+        except Exception as e:  # noqa: BLE001 - arrpos answered what could not be checked
+            return "mismatch", (f"{name}: accepted, but transformers' own rotary fails here: "
+                                f"{type(e).__name__}: {e}")[:200]
         permuted = fn.__name__.endswith("_interleave")
         problem = _compare(name, rope, cos, sin, q_hf, q, pos, mrope, permuted)
         if problem:
@@ -308,19 +340,54 @@ def check(model_type):
     return "pass", ", ".join(sorted({c[0] for c in cases}))
 
 
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                    "rope.md")
+START, END = "<!-- hf-families:start -->", "<!-- hf-families:end -->"
+
+
+def markdown(results):
+    """The supported-families table of docs/rope.md."""
+    _, transformers, _ = _transformers()
+    rotary = {mt: r for mt, r in results.items() if r[0] != "none"}
+    passing = [mt for mt, r in rotary.items() if r[0] == "pass"]
+    lines = [START, "",
+             f"transformers {transformers.__version__}: {len(rotary)} model types use rotary "
+             f"embeddings; `from_hf_config` reproduces {len(passing)} and refuses "
+             f"{len(rotary) - len(passing)} with the reason below (generated by "
+             "`python tests/hf_families.py --write-docs`).", "",
+             "| model type | result |", "|---|---|"]
+    for mt, (status, detail) in sorted(rotary.items()):
+        what = f"reproduced ({detail})" if status == "pass" else f"{status}: {detail}"
+        what = what.replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{mt}` | {what} |")
+    return "\n".join(lines + ["", END])
+
+
+def write_docs(results):
+    with open(DOCS, encoding="utf-8") as f:
+        text = f.read()
+    table = markdown(results)
+    if START in text:
+        text = text[:text.index(START)] + table + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n## Model families\n\n" + table + "\n"
+    with open(DOCS, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def main(argv):
-    markdown = "--markdown" in argv
     types = [a for a in argv if not a.startswith("--")] or model_types()
     results = {}
     for mt in types:
         results[mt] = check(mt)
-        if not markdown:
-            print(f"{mt:40s} {results[mt][0]:8s} {results[mt][1][:150]}", flush=True)
+        print(f"{mt:40s} {results[mt][0]:8s} {results[mt][1][:150]}", flush=True)
     counts = {}
     for status, _ in results.values():
         counts[status] = counts.get(status, 0) + 1
     rotary = sum(v for k, v in counts.items() if k != "none")
     print(f"# {counts}; rotary types {rotary}, passing {counts.get('pass', 0)}", file=sys.stderr)
+    if "--write-docs" in argv:
+        write_docs(results)
 
 
 if __name__ == "__main__":

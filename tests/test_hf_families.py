@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
 import hf_families  # noqa: E402
 
@@ -23,6 +23,8 @@ def test_family(model_type):
     assert status != "mismatch", detail
 
 
+@pytest.mark.skipif(not transformers.__version__.startswith(hf_families.PINNED),
+                    reason="the pass count is that of transformers 5.23")
 def test_enough_families_pass():
     results = [hf_families.check(t) for t in TYPES]
     rotary = [s for s, _ in results if s != "none"]
