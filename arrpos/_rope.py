@@ -625,13 +625,16 @@ class RoPE:
 
     @classmethod
     def from_hf_config(cls, config, *, layer_type=None):
-        """The rotary embedding of a transformers model from its ``config.json`` (a dict).
+        """The rotary embedding of a transformers model from its ``config.json``.
 
-        Reads ``rope_parameters`` (transformers 5) or ``rope_scaling`` (older), ``rope_theta``,
-        ``head_dim`` (else ``hidden_size // num_attention_heads``), ``partial_rotary_factor``
-        (GPT-NeoX's ``rotary_pct`` too), ``max_position_embeddings`` and
-        ``original_max_position_embeddings`` (a top-level value wins, as in transformers),
-        and Qwen-VL's ``mrope_section``. A ``text_config`` is used when present.
+        ``config`` is the parsed ``config.json`` (a dict) or a transformers
+        ``PretrainedConfig``. Reads ``rope_parameters`` (transformers 5) or ``rope_scaling``
+        (older), ``rope_theta``, the rotary width (``qk_rope_head_dim``, ``head_dim``,
+        ``attention_head_dim``, ``kv_channels``, else ``hidden_size // num_attention_heads``
+        and their aliases; ``partial_rotary_factor``, ``rotary_pct``), per-layer head sizes,
+        ``max_position_embeddings`` and ``original_max_position_embeddings``, the layout
+        (``rope_interleave``, else the model type) and multimodal sections (``mrope_section``,
+        else the model type's default and arrangement). A ``text_config`` is used when present.
         ``layer_type`` picks one entry of per-layer ``rope_parameters`` (Gemma 3).
 
         Raises
@@ -640,7 +643,11 @@ class RoPE:
             ``config`` not a mapping.
         ValueError
             An unknown ``rope_type`` (the message lists the known ones), missing keys, nested
-            ``rope_parameters`` without ``layer_type``.
+            ``rope_parameters`` without ``layer_type``, widths that are not a valid RoPE.
+        NotImplementedError
+            A rotary the model type computes in a way a RoPE cannot reproduce exactly
+            (``rope_type: "axial"`` vision towers, patch-coordinate and time ropes, flipped
+            rotation). Messages start with the model type.
         """
         from ._rope_config import rope_from_config  # it imports mrope_axes from here
 
