@@ -70,8 +70,9 @@ _UNSUPPORTED = {
     "qwen2_5_omni_token2wav": "the DiT's rotary over mel-frame sections",
 }
 
+# Moonshine's num_attention_heads is its decoder's (transformers' attribute_map)
 _HEAD_COUNT_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads",
-                    "encoder_num_attention_heads")
+                    "decoder_num_attention_heads")
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
 
 
