@@ -285,8 +285,9 @@ class LongRopeScaling(RopeScaling):
     @classmethod
     def from_config(cls, rope_parameters, config):
         rp = rope_parameters
-        return cls(_need(rp, "short_factor", cls.rope_type), _need(rp, "long_factor", cls.rope_type),
-                   _original_max_positions(rp, config, cls.rope_type), factor=rp.get("factor"),
+        name = cls.rope_type
+        return cls(_need(rp, "short_factor", name), _need(rp, "long_factor", name),
+                   _original_max_positions(rp, config, name), factor=rp.get("factor"),
                    max_positions=config.get("max_position_embeddings"),
                    attention_factor=rp.get("attention_factor"))
 
