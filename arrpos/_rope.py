@@ -8,7 +8,6 @@ bundles all of it, built by hand or from a transformers ``config.json``.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
 
 import numpy as np
 
@@ -55,10 +54,6 @@ __all__ = [
 ]
 
 _LAYOUTS = ("half", "interleaved")
-# transformers rope_type -> what from_hf_config builds ("mrope": Qwen2-VL's old name for default)
-_HF_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional",
-                  "mrope")
-_SEQ_DEPENDENT = (DynamicNTKScaling, LongRopeScaling)
 
 
 def _check_scaling(scaling):
@@ -562,7 +557,7 @@ class RoPE:
         check_dtype_arg(xp, dtype, device=dev)
         if dtype is None:
             dtype = output_dtype(xp, pos, None, device=dev)
-        if isinstance(self.scaling, _SEQ_DEPENDENT) and seq_len is None:
+        if self.scaling is not None and self.scaling.seq_dependent and seq_len is None:
             seq_len = self._seq_len_from(xp, pos)
         if has_float64(xp, dev):  # float64 frequencies: the angles are exact
             inv, att = self.frequencies(seq_len, xp, dtype=xp.float64, device=dev)
@@ -629,13 +624,16 @@ class RoPE:
 
     @classmethod
     def from_hf_config(cls, config, *, layer_type=None):
-        """The rotary embedding of a transformers model from its ``config.json`` (a dict).
+        """The rotary embedding of a transformers model from its ``config.json``.
 
-        Reads ``rope_parameters`` (transformers 5) or ``rope_scaling`` (older), ``rope_theta``,
-        ``head_dim`` (else ``hidden_size // num_attention_heads``), ``partial_rotary_factor``
-        (GPT-NeoX's ``rotary_pct`` too), ``max_position_embeddings`` and
-        ``original_max_position_embeddings`` (a top-level value wins, as in transformers),
-        and Qwen-VL's ``mrope_section``. A ``text_config`` is used when present.
+        ``config`` is the parsed ``config.json`` (a dict) or a transformers
+        ``PretrainedConfig``. Reads ``rope_parameters`` (transformers 5) or ``rope_scaling``
+        (older), ``rope_theta``, the rotary width (``qk_rope_head_dim``, ``head_dim``,
+        ``attention_head_dim``, ``kv_channels``, else ``hidden_size // num_attention_heads``
+        and their aliases; ``partial_rotary_factor``, ``rotary_pct``), per-layer head sizes,
+        ``max_position_embeddings`` and ``original_max_position_embeddings``, the layout
+        (``rope_interleave``, else the model type) and multimodal sections (``mrope_section``,
+        else the model type's default and arrangement). A ``text_config`` is used when present.
         ``layer_type`` picks one entry of per-layer ``rope_parameters`` (Gemma 3).
 
         Raises
@@ -644,96 +642,13 @@ class RoPE:
             ``config`` not a mapping.
         ValueError
             An unknown ``rope_type`` (the message lists the known ones), missing keys, nested
-            ``rope_parameters`` without ``layer_type``.
+            ``rope_parameters`` without ``layer_type``, widths that are not a valid RoPE.
+        NotImplementedError
+            A rotary the model type computes in a way a RoPE cannot reproduce exactly
+            (``rope_type: "axial"`` vision towers, patch-coordinate and time ropes, flipped
+            rotation). Messages start with the model type.
         """
-        if hasattr(config, "to_dict") and not isinstance(config, Mapping):
-            config = config.to_dict()
-        if not isinstance(config, Mapping):
-            raise TypeError(f"config must be a dict (a parsed config.json), got "
-                            f"{type(config).__name__}")
-        if isinstance(config.get("text_config"), Mapping):
-            config = {**config, **config["text_config"]}
-        rp = config.get("rope_parameters") or config.get("rope_scaling") or {}
-        if not isinstance(rp, Mapping):
-            raise TypeError(f"config['rope_parameters'] must be a dict, got {type(rp).__name__}")
-        nested = [k for k, v in rp.items() if isinstance(v, Mapping)]
-        if nested:
-            if layer_type is None:
-                raise ValueError(f"rope_parameters are given per layer type {nested}; pass "
-                                 "layer_type= to choose one")
-            if layer_type not in rp:
-                raise ValueError(f"layer_type must be one of {nested}, got {layer_type!r}")
-            rp = rp[layer_type]
-        rope_type = rp.get("rope_type", rp.get("type", "default"))
-        if rope_type not in _HF_ROPE_TYPES:
-            raise ValueError(f"unknown rope_type {rope_type!r}; known: "
-                             f"{', '.join(repr(t) for t in _HF_ROPE_TYPES)}")
-        head_dim = config.get("head_dim")
-        if not head_dim:
-            hidden = config.get("hidden_size", config.get("n_embd"))  # n_embd, n_head: GPT-J
-            heads = config.get("num_attention_heads", config.get("n_head"))
-            if not hidden or not heads:
-                raise ValueError("config needs head_dim, or hidden_size and "
-                                 "num_attention_heads")
-            head_dim = hidden // heads
-        base = rp.get("rope_theta", config.get("rope_theta", 10000.0))
-        prf = rp.get("partial_rotary_factor",
-                     config.get("partial_rotary_factor", config.get("rotary_pct", 1.0)))
-        prf = 1.0 if prf is None else prf
-        max_pos = config.get("max_position_embeddings")
+        from ._rope_config import rope_from_config  # it imports mrope_axes from here
 
-        def need(key, value):
-            if value is None:
-                raise ValueError(f"rope_type {rope_type!r} needs {key} in the config")
-            return value
-
-        def original():
-            if config.get("original_max_position_embeddings") is not None:
-                return config["original_max_position_embeddings"]
-            return need("max_position_embeddings or original_max_position_embeddings",
-                        rp.get("original_max_position_embeddings", max_pos))
-
-        scaling = None
-        if rope_type == "linear":
-            scaling = LinearScaling(need("factor", rp.get("factor")))
-        elif rope_type == "dynamic":
-            scaling = DynamicNTKScaling(need("factor", rp.get("factor")),
-                                        need("max_position_embeddings", max_pos))
-        elif rope_type == "yarn":
-            orig = original()
-            factor = rp.get("factor")
-            if factor is None:  # DeepSeek-V3: the ratio of the context lengths
-                factor = need("max_position_embeddings", max_pos) / orig
-            scaling = YarnScaling(
-                factor, orig, beta_fast=rp.get("beta_fast") or 32.0,
-                beta_slow=rp.get("beta_slow") or 1.0, mscale=rp.get("mscale"),
-                mscale_all_dim=rp.get("mscale_all_dim"),
-                attention_factor=rp.get("attention_factor"),
-                truncate=bool(rp.get("truncate", True)),
-            )
-        elif rope_type == "longrope":
-            scaling = LongRopeScaling(
-                need("short_factor", rp.get("short_factor")),
-                need("long_factor", rp.get("long_factor")), original(),
-                factor=rp.get("factor"), max_positions=max_pos,
-                attention_factor=rp.get("attention_factor"),
-            )
-        elif rope_type == "llama3":
-            scaling = Llama3Scaling(need("factor", rp.get("factor")),
-                                    need("low_freq_factor", rp.get("low_freq_factor")),
-                                    need("high_freq_factor", rp.get("high_freq_factor")),
-                                    original())
-        elif rope_type == "proportional":
-            scaling = ProportionalScaling(prf, factor=rp.get("factor", 1.0))
-            prf = 1.0  # the zero frequencies keep the table head_dim wide
-        axes = None
-        if rp.get("mrope_section"):
-            interleaved = rp.get("mrope_interleaved",
-                                 str(config.get("model_type", "")).startswith("qwen3"))
-            axes = mrope_axes(rp["mrope_section"], interleaved=bool(interleaved))
-        layout = "interleaved" if config.get("model_type") in ("gptj", "codegen") else "half"
-        if config.get("rotary_dim") and layout == "interleaved":
-            prf = config["rotary_dim"] / head_dim
-        return cls(head_dim, base=base, scaling=scaling, partial_rotary_factor=prf,
-                   layout=layout, axes=axes)
+        return rope_from_config(cls, config, layer_type)
 

@@ -42,10 +42,58 @@ def _optional_real(value, name: str, *, positive: bool = False):
     return None if value is None else check_real_scalar(value, name, positive=positive)
 
 
+# transformers rope_type -> scaling class; filled by RopeScaling.__init_subclass__
+SCALINGS: dict = {}
+
+
+def _need(rope_parameters, key, rope_type):
+    value = rope_parameters.get(key)
+    if value is None:
+        raise ValueError(f"rope_type {rope_type!r} needs {key} in the config")
+    return value
+
+
+def _max_positions(config, rope_type):
+    value = config.get("max_position_embeddings")
+    if value is None:
+        raise ValueError(f"rope_type {rope_type!r} needs max_position_embeddings in the config")
+    return value
+
+
+def _original_max_positions(rope_parameters, config, rope_type):
+    """``original_max_position_embeddings``: a top-level value wins, as in transformers."""
+    if config.get("original_max_position_embeddings") is not None:
+        return config["original_max_position_embeddings"]
+    value = rope_parameters.get("original_max_position_embeddings",
+                                config.get("max_position_embeddings"))
+    if value is None:
+        raise ValueError(f"rope_type {rope_type!r} needs max_position_embeddings or "
+                         "original_max_position_embeddings in the config")
+    return value
+
+
 class RopeScaling:
-    """Base class of the RoPE scalings; subclasses are frozen dataclasses."""
+    """Base class of the RoPE scalings; subclasses are frozen dataclasses.
+
+    A subclass describes itself: ``rope_type`` (transformers' name, registered in
+    ``SCALINGS`` when set), ``seq_dependent`` (whether the frequencies read ``seq_len``),
+    ``full_width`` (the table stays ``head_dim`` wide whatever ``partial_rotary_factor``) and
+    ``from_config(rope_parameters, config)``, its constructor from a transformers config.
+    """
 
     rope_type: str = ""
+    seq_dependent: bool = False
+    full_width: bool = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("rope_type"):
+            SCALINGS[cls.rope_type] = cls
+
+    @classmethod
+    def from_config(cls, rope_parameters, config):  # pragma: no cover - abstract
+        """The scaling of ``rope_parameters`` (one layer's dict) in a config.json ``config``."""
+        raise NotImplementedError
 
     def _inv_freq(self, dim: int, base: float, seq_len):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -72,6 +120,10 @@ class LinearScaling(RopeScaling):
     factor: float
     rope_type = "linear"
 
+    @classmethod
+    def from_config(cls, rope_parameters, config):
+        return cls(_need(rope_parameters, "factor", cls.rope_type))
+
     def __post_init__(self):
         self._set("factor", _factor(self.factor, "factor"))
 
@@ -92,6 +144,12 @@ class DynamicNTKScaling(RopeScaling):
     factor: float
     max_positions: int
     rope_type = "dynamic"
+    seq_dependent = True
+
+    @classmethod
+    def from_config(cls, rope_parameters, config):
+        return cls(_need(rope_parameters, "factor", cls.rope_type),
+                   _max_positions(config, cls.rope_type))
 
     def __post_init__(self):
         self._set("factor", _factor(self.factor, "factor"))
@@ -132,6 +190,19 @@ class YarnScaling(RopeScaling):
     attention_factor: float | None = None
     truncate: bool = True
     rope_type = "yarn"
+
+    @classmethod
+    def from_config(cls, rope_parameters, config):
+        rp = rope_parameters
+        orig = _original_max_positions(rp, config, cls.rope_type)
+        factor = rp.get("factor")
+        if factor is None:  # DeepSeek-V3: the ratio of the context lengths
+            factor = _max_positions(config, cls.rope_type) / orig
+        return cls(factor, orig, beta_fast=rp.get("beta_fast") or 32.0,
+                   beta_slow=rp.get("beta_slow") or 1.0, mscale=rp.get("mscale"),
+                   mscale_all_dim=rp.get("mscale_all_dim"),
+                   attention_factor=rp.get("attention_factor"),
+                   truncate=bool(rp.get("truncate", True)))
 
     def __init__(self, factor, original_max_positions, *, beta_fast=32.0, beta_slow=1.0,
                  mscale=None, mscale_all_dim=None, attention_factor=None, truncate=True):
@@ -209,6 +280,16 @@ class LongRopeScaling(RopeScaling):
     max_positions: int | None = None
     attention_factor: float | None = None
     rope_type = "longrope"
+    seq_dependent = True
+
+    @classmethod
+    def from_config(cls, rope_parameters, config):
+        rp = rope_parameters
+        name = cls.rope_type
+        return cls(_need(rp, "short_factor", name), _need(rp, "long_factor", name),
+                   _original_max_positions(rp, config, name), factor=rp.get("factor"),
+                   max_positions=config.get("max_position_embeddings"),
+                   attention_factor=rp.get("attention_factor"))
 
     def __init__(self, short_factor, long_factor, original_max_positions, *, factor=None,
                  max_positions=None, attention_factor=None):
@@ -266,6 +347,13 @@ class Llama3Scaling(RopeScaling):
     original_max_positions: int = 8192
     rope_type = "llama3"
 
+    @classmethod
+    def from_config(cls, rope_parameters, config):
+        rp, name = rope_parameters, cls.rope_type
+        return cls(_need(rp, "factor", name), _need(rp, "low_freq_factor", name),
+                   _need(rp, "high_freq_factor", name),
+                   _original_max_positions(rp, config, name))
+
     def __post_init__(self):
         self._set("factor", _factor(self.factor, "factor"))
         low = check_real_scalar(self.low_freq_factor, "low_freq_factor", positive=True)
@@ -302,6 +390,13 @@ class ProportionalScaling(RopeScaling):
     partial_rotary_factor: float
     factor: float = 1.0
     rope_type = "proportional"
+    full_width = True  # zero frequencies past the fraction
+
+    @classmethod
+    def from_config(cls, rope_parameters, config):
+        prf = rope_parameters.get("partial_rotary_factor",
+                                  config.get("partial_rotary_factor", 1.0))
+        return cls(1.0 if prf is None else prf, factor=rope_parameters.get("factor", 1.0))
 
     def __post_init__(self):
         prf = check_real_scalar(self.partial_rotary_factor, "partial_rotary_factor")

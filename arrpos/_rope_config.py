@@ -1,0 +1,219 @@
+"""Reading a transformers ``config.json`` into the arguments of :class:`arrpos.RoPE`.
+
+``rope_arguments(config, layer_type)`` is what ``RoPE.from_hf_config`` calls. The scaling is a
+lookup in ``_rope_scaling.SCALINGS`` (each scaling class builds itself from the config); this
+module reads the rest: the rotary width, the layout, the multimodal sections. Config keys come
+first; what only the modeling file fixes is in the per-model-type tables below, read off the
+modeling files of transformers 5.23 and checked by ``tests/test_hf_families.py``. What arrpos
+cannot reproduce exactly is refused with a ValueError or NotImplementedError naming the model
+type and the missing feature, never answered with a different RoPE.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ._rope_scaling import SCALINGS
+
+# rope_type values that mean "no scaling" ("mrope": Qwen2-VL's old name for default)
+_UNSCALED = ("default", "mrope")
+
+# model types whose modeling file rotates interleaved pairs (x[2i], x[2i+1]) whatever the config
+# says: a rotate_half on x[..., ::2] / x[..., 1::2] with repeat_interleave'd tables
+_INTERLEAVED = frozenset({
+    "blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "blt_patcher",
+    "cohere", "cohere2", "cohere2_moe", "deepseek_v4", "ernie4_5", "ernie4_5_moe",
+    "ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "glm", "glm4", "glm4v", "glm4v_text",
+    "glm_ocr", "glm_ocr_text", "glm_image", "glm_image_text", "helium", "moonshine",
+    "moonshine_streaming", "pe_audio_encoder", "pe_audio_video_encoder", "pe_video_encoder",
+    "openai_privacy_filter", "bailing_hybrid", "glm_moe_dsa", "longcat_flash",
+    "mistral_large4", "mistral_large4_text", "deepseek_v2", "llama4", "llama4_text",
+    "gptj", "codegen",
+})
+# model types whose modeling file reads ``rotary_dim`` (elsewhere it is a stale key:
+# transformers takes the width from partial_rotary_factor)
+_ROTARY_DIM_TYPES = frozenset({"gptj", "codegen"})
+
+# multimodal RoPE: model type -> (the modeling file's default mrope_section, arrangement).
+# "chunked": Qwen2-VL (sections of consecutive frequencies take t, h, w); "interleaved":
+# Qwen3-VL (t, h, w, t, h, w, ...); "ernie": ERNIE-4.5-VL (h, w alternating, then t).
+_MROPE = {
+    **dict.fromkeys(("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text",
+                     "qwen2_5_omni_text", "qwen2_5_omni_thinker", "qwen2_5_omni_talker",
+                     "paddleocr_vl", "paddleocr_vl_text"), ((16, 24, 24), "chunked")),
+    **dict.fromkeys(("glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "glm_image",
+                     "glm_image_text", "glm_ocr", "glm_ocr_text"), ((8, 12, 12), "chunked")),
+    **dict.fromkeys(("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text",
+                     "qwen3_omni_moe", "qwen3_omni_moe_text", "qwen3_omni_moe_thinker",
+                     "qwen3_omni_moe_talker_text", "qwen3_omni_moe_talker_code_predictor",
+                     "cosmos3_edge", "cosmos3_edge_text", "cohere_compass",
+                     "cohere_compass_text"), ((24, 20, 20), "interleaved")),
+    **dict.fromkeys(("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen4_exp",
+                     "qwen4_exp_text"), ((11, 11, 10), "interleaved")),
+    **dict.fromkeys(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"), ((22, 22, 20), "ernie")),
+}
+
+# model type -> what its modeling file does that a RoPE cannot (refused, never approximated)
+_PATCH_GRID = ("a vision rotary driven by patch coordinates that the vision model computes "
+               "(build it with rope_cos_sin(positions, inv_freq, axes=...))")
+_UNSUPPORTED = {
+    "nanochat": "a rotate_half with flipped signs (it rotates by -theta); use "
+                "RoPE.apply(..., inverse=True) on a RoPE built with the same parameters",
+    "eomt_dinov3": _PATCH_GRID,
+    "llama4_vision_model": _PATCH_GRID,
+    "efficientloftr": _PATCH_GRID,
+    "esmfold2": "a 3-D rotary over atom coordinates",
+    "musicflamingo": "a rotary time embedding modulated by absolute timestamps",
+    "neomme": "a two-axis multimodal rotary whose sections follow the layer's head size",
+    "hunyuan_vl": "multimodal axes set by the input (xdrope)",
+    "hunyuan_vl_text": "multimodal axes set by the input (xdrope)",
+    "qwen2_5_omni_dit": "the DiT's rotary over mel-frame sections",
+    "qwen2_5_omni_token2wav": "the DiT's rotary over mel-frame sections",
+}
+
+# Moonshine's num_attention_heads is its decoder's (transformers' attribute_map)
+_HEAD_COUNT_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads",
+                    "decoder_num_attention_heads")
+_HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
+
+
+def _as_dict(config):
+    if hasattr(config, "to_dict") and not isinstance(config, Mapping):
+        config = config.to_dict()
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (a parsed config.json) or a transformers "
+                        f"PretrainedConfig, got {type(config).__name__}")
+    return config
+
+
+def _rope_parameters(config, layer_type):
+    rp = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if not isinstance(rp, Mapping):
+        raise TypeError(f"config['rope_parameters'] must be a dict, got {type(rp).__name__}")
+    nested = [k for k, v in rp.items() if isinstance(v, Mapping)]
+    if nested:
+        if layer_type is None:
+            raise ValueError(f"rope_parameters are given per layer type {nested}; pass "
+                             "layer_type= to choose one")
+        if layer_type not in rp:
+            raise ValueError(f"layer_type must be one of {nested}, got {layer_type!r}")
+        rp = rp[layer_type]
+    return rp
+
+
+def _scaling(rp, config):
+    rope_type = rp.get("rope_type", rp.get("type", "default"))
+    if rope_type == "axial":
+        raise NotImplementedError(
+            "rope_type 'axial' (a 2-D vision rotary whose coordinates the vision model "
+            "builds from its patch grid) is not read from a config; build it with "
+            "rope_cos_sin(positions, inv_freq, axes=...)")
+    if rope_type in _UNSCALED:
+        return None
+    if rope_type not in SCALINGS:
+        known = (*_UNSCALED, *SCALINGS)
+        raise ValueError(f"unknown rope_type {rope_type!r}; known: "
+                         f"{', '.join(repr(t) for t in known)}")
+    return SCALINGS[rope_type].from_config(rp, config)
+
+
+def _layer_overrides(config, layer_type):
+    """Per-layer head sizes (Gemma 4: ``per_layer_config`` / ``global_head_dim``)."""
+    if layer_type is None:
+        return {}
+    per_layer = config.get("per_layer_config") or {}
+    types = config.get("layer_types") or []
+    for index, kind in enumerate(types):
+        if kind == layer_type:
+            for key, value in per_layer.items():
+                if str(key).isdigit() and int(key) == index and isinstance(value, Mapping):
+                    return dict(value)
+            break
+    if layer_type == "full_attention" and config.get("global_head_dim"):
+        return {"head_dim": config["global_head_dim"]}
+    return {}
+
+
+def _first(config, keys):
+    for key in keys:
+        if config.get(key):
+            return config[key]
+    return None
+
+
+def _head_dim(config):
+    """The width the rotary is computed for, before ``partial_rotary_factor``."""
+    for key in ("qk_rope_head_dim", "head_dim", "attention_head_dim", "kv_channels"):
+        if config.get(key):
+            return config[key], key
+    hidden, heads = _first(config, _HIDDEN_KEYS), _first(config, _HEAD_COUNT_KEYS)
+    if not hidden or not heads:
+        raise ValueError("config needs head_dim (or qk_rope_head_dim, kv_channels, "
+                         "attention_head_dim), or hidden_size (or n_embd, d_model) and "
+                         "num_attention_heads (or n_head, n_heads, num_heads)")
+    return hidden // heads, "hidden_size"
+
+
+def _partial_rotary_factor(rp, config, head_dim, width_key, scaling, model_type):
+    if width_key == "qk_rope_head_dim" or (scaling is not None and scaling.full_width):
+        return 1.0  # MLA: the rotary is the qk_rope_head_dim slice; proportional: full table
+    if config.get("rotary_dim") and model_type in _ROTARY_DIM_TYPES:
+        return config["rotary_dim"] / head_dim
+    prf = rp.get("partial_rotary_factor",
+                 config.get("partial_rotary_factor", config.get("rotary_pct")))
+    return 1.0 if prf is None else prf
+
+
+def _layout(config, model_type):
+    if config.get("rope_interleave") is not None:
+        return "interleaved" if config["rope_interleave"] else "half"
+    return "interleaved" if model_type in _INTERLEAVED else "half"
+
+
+def _axes(rp, model_type, n_freq):
+    from ._rope import mrope_axes  # _rope imports this module
+
+    default, arrangement = _MROPE.get(model_type, (None, "chunked"))
+    sections = rp.get("mrope_section") or default
+    if not sections:
+        return None
+    if rp.get("mrope_interleaved") is not None:
+        arrangement = "interleaved" if rp["mrope_interleaved"] else "chunked"
+    if arrangement == "chunked":
+        return mrope_axes(list(sections))
+    if arrangement == "interleaved":  # Qwen3-VL: h, w on strided slices of all n_freq; t the rest
+        if len(sections) != 3:
+            raise ValueError(f"interleaved mrope_section needs three sections, got {sections}")
+        return tuple(k if k and i % 3 == k and i < 3 * sections[k] else 0
+                     for i in range(n_freq) for k in (i % 3,))
+    h, w, t = sections  # ERNIE-4.5-VL: h and w frequencies alternate, then t
+    if h != w:
+        raise NotImplementedError(f"ERNIE-VL mrope_section {list(sections)}: the h and w "
+                                  "sections must be equal to alternate")
+    return tuple(1 + k % 2 for k in range(h + w)) + (0,) * t
+
+
+def rope_from_config(cls, config, layer_type=None):
+    """``cls(head_dim, **kwargs)``: the RoPE of a config; errors name the model type."""
+    config = _as_dict(config)
+    if isinstance(config.get("text_config"), Mapping):
+        config = {**config, **config["text_config"]}
+    model_type = str(config.get("model_type") or "unknown model type")
+    try:
+        if model_type in _UNSUPPORTED:
+            raise NotImplementedError(f"not expressible as a RoPE: {_UNSUPPORTED[model_type]}")
+        head_dim, kwargs = _rope_arguments(config, layer_type, model_type)
+        return cls(head_dim, **kwargs)
+    except (ValueError, NotImplementedError) as e:
+        raise type(e)(f"{model_type}: {e}") from None
+
+
+def _rope_arguments(config, layer_type, model_type):
+    config = {**config, **_layer_overrides(config, layer_type)}
+    rp = _rope_parameters(config, layer_type)
+    scaling = _scaling(rp, config)
+    head_dim, width_key = _head_dim(config)
+    prf = _partial_rotary_factor(rp, config, head_dim, width_key, scaling, model_type)
+    base = rp.get("rope_theta", config.get("rope_theta", 10000.0))
+    n_freq = int(head_dim * prf) // 2
+    return head_dim, dict(base=base, scaling=scaling, partial_rotary_factor=prf,
+                          layout=_layout(config, model_type), axes=_axes(rp, model_type, n_freq))

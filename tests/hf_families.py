@@ -1,0 +1,394 @@
+"""Every rotary model type of the installed transformers against ``RoPE.from_hf_config``.
+
+For each model type: its default config, built offline (``AutoConfig.for_model``); the modeling
+file's own ``*RotaryEmbedding`` class, run on dummy position ids; the file's own apply function
+run on a random q. ``RoPE.from_hf_config`` of the same config must give the same cos/sin and the
+same rotated q (at a tolerance for transformers' float32 angles), or refuse with a ValueError /
+NotImplementedError. Anything else is a silent mismatch.
+
+Run as a script for the survey (``python tests/hf_families.py [--markdown] [types...]``);
+``tests/test_hf_families.py`` runs the same check per model type.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import inspect
+import io
+import logging
+import os
+import sys
+import warnings
+
+import numpy as np
+
+if __name__ == "__main__":  # run as a script: this checkout's arrpos, not an installed one
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import arrpos  # noqa: E402
+
+N_POS = 12          # dummy positions per sequence, all < MAX_POS
+MAX_POS = 64
+ATOL = 2e-5         # transformers forms float32 angles: ~|p| * 2**-24 rad at p < 64
+PINNED = "5.23."  # the transformers release MIN_PASSING was counted on
+MIN_PASSING = 234  # the pass count of transformers 5.23 (of 298 rotary types): no regressions
+REFUSALS = (ValueError, NotImplementedError)
+
+
+@functools.lru_cache(maxsize=None)
+def _transformers():
+    import torch
+    import transformers
+    from transformers.models.auto import configuration_auto
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    return torch, transformers, configuration_auto
+
+
+def model_types():
+    """Every model type whose modeling file defines a ``*RotaryEmbedding`` class."""
+    import re
+
+    _, transformers, ca = _transformers()
+    root = os.path.join(os.path.dirname(transformers.__file__), "models")
+    out = []
+    for mt in ca.CONFIG_MAPPING_NAMES:
+        mod = ca.model_type_to_module_name(mt)
+        path = os.path.join(root, mod, f"modeling_{mod}.py")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                if re.search(r"class \w*RotaryEmbedding\b", f.read()):
+                    out.append(mt)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _modeling(model_type):
+    _, _, ca = _transformers()
+    mod = ca.model_type_to_module_name(model_type)
+    return importlib.import_module(f"transformers.models.{mod}.modeling_{mod}")
+
+
+def _configs(config):
+    """The config and its sub-configs, depth first (where a rotary embedding may live)."""
+    seen, out = set(), []
+
+    def walk(c, path):
+        if id(c) in seen:
+            return
+        seen.add(id(c))
+        out.append((path, c))
+        for key, value in vars(c).items():
+            if hasattr(value, "to_dict") and hasattr(value, "model_type"):
+                walk(value, path + (key,))
+
+    walk(config, ())
+    # the text model first: a composite config.json means its text rotary
+    out.sort(key=lambda item: (len(item[0]) > 0, item[0] != ("text_config",)))
+    return out
+
+
+def _rotary_classes(module):
+    torch, _, _ = _transformers()
+    return [obj for name, obj in vars(module).items()
+            if name.endswith("RotaryEmbedding") and isinstance(obj, type)
+            and issubclass(obj, torch.nn.Module)]
+
+
+def _takes_config(cls):
+    params = list(inspect.signature(cls.__init__).parameters)
+    return len(params) >= 2 and params[1] == "config"
+
+
+def _is_mrope(cls, module, config):
+    rp = getattr(config, "rope_parameters", None) or {}
+    if isinstance(rp, dict) and rp.get("mrope_section"):
+        return True
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return False
+    return "mrope" in src
+
+
+def _layer_types(config):
+    rp = getattr(config, "rope_parameters", None) or {}
+    if not isinstance(rp, dict):
+        return [None]
+    nested = [k for k, v in rp.items() if isinstance(v, dict)]
+    return nested or [None]
+
+
+def _positions(mrope, seed):
+    rng = np.random.default_rng(seed)
+    if mrope:
+        return rng.integers(0, MAX_POS, size=(3, 1, N_POS))
+    pos = rng.integers(0, MAX_POS, size=(1, N_POS))
+    pos[0, :4] = [0, 1, 2, MAX_POS - 1]
+    return pos
+
+
+def _hf_tables(emb, pos, layer_type, width):
+    torch, _, _ = _transformers()
+    x = torch.zeros(1, N_POS, width, dtype=torch.float32)
+    ids = torch.as_tensor(pos)
+    kwargs = {}
+    if layer_type is not None and "layer_type" in inspect.signature(emb.forward).parameters:
+        kwargs["layer_type"] = layer_type
+    with torch.no_grad():
+        out = emb(x, ids, **kwargs)
+    if torch.is_tensor(out) and out.is_complex():  # freqs_cis (Llama 4, DeepSeek-V2)
+        return out.real, out.imag, out
+    return out[0], out[1], None
+
+
+def _apply_function(module, config):
+    if getattr(config, "rope_interleave", False) and hasattr(module,
+                                                          "apply_rotary_pos_emb_interleave"):
+        return module.apply_rotary_pos_emb_interleave
+    return getattr(module, "apply_rotary_pos_emb",
+                   getattr(module, "apply_rotary_pos_emb_interleave", None))
+
+
+def _hf_apply_complex(fn, q, freqs_cis):
+    """``apply_rotary_emb(xq, xk, freqs_cis)``: heads on axis 1 or 2, as the file expects."""
+    try:
+        return fn(q, q, freqs_cis)[0]
+    except RuntimeError:
+        qt = q.transpose(1, 2)
+        return fn(qt, qt, freqs_cis)[0].transpose(1, 2)
+
+
+def _hf_apply(fn, q, cos, sin):
+    """The modeling file's apply on q ``(1, heads, n, D)``; partial widths split as its
+    attention does when the function itself does not."""
+    torch, _, _ = _transformers()
+    params = inspect.signature(fn).parameters
+    r = cos.shape[-1]
+    q_rot, q_pass = q[..., :r], q[..., r:]
+
+    def call(qq):
+        kwargs = {"unsqueeze_dim": 1} if "unsqueeze_dim" in params else {}
+        names = list(params)
+        if names[:2] == ["q", "k"] or (len(names) > 1 and names[1] == "k"):
+            out = fn(qq, qq, cos, sin, **kwargs)
+        elif names[1:3] == ["sin", "cos"]:
+            out = fn(qq, sin.unsqueeze(1), cos.unsqueeze(1))
+        else:
+            out = fn(qq, cos, sin, **kwargs)
+        return out[0] if isinstance(out, tuple) else out
+
+    with torch.no_grad():
+        try:
+            return call(q)
+        except RuntimeError:
+            if q_pass.shape[-1] == 0:
+                raise
+            return torch.cat([call(q_rot), q_pass], dim=-1)
+
+
+def _as_layout(rope, c, width, permuted):
+    """arrpos's table ``c`` as transformers holds it: each frequency once when its table is
+    half as wide; in the half layout when its apply permutes the interleaved pairs first."""
+    if width * 2 == c.shape[-1]:
+        return c[..., 0::2] if rope.layout == "interleaved" else c[..., :width]
+    if permuted and rope.layout == "interleaved":
+        return np.concatenate([c[..., 0::2], c[..., 1::2]], axis=-1)
+    return c
+
+
+def _compare(name, rope, cos, sin, q_hf, q, pos, mrope, permuted):
+    """None if arrpos reproduces transformers, else what differs."""
+    pos_ar = np.moveaxis(pos, 0, -1) if mrope else pos
+    cos = cos.double().numpy()
+    sin = sin.double().numpy()
+    if cos.ndim == 4 and mrope:  # (3, batch, seq, D): the per-axis tables before sectioning
+        cos = sin = None
+    if cos is not None:
+        cos = cos.reshape((-1,) + cos.shape[-2:])[:1]
+        sin = sin.reshape((-1,) + sin.shape[-2:])[:1]
+        c, s = rope.cos_sin(pos_ar.astype(np.int64), dtype=np.float64)
+        c, s = (_as_layout(rope, t, cos.shape[-1], permuted) for t in (c, s))
+        if c.shape != cos.shape:
+            return f"{name}: cos/sin shape {c.shape}, transformers {cos.shape}"
+        err = max(np.abs(c - cos).max(), np.abs(s - sin).max())
+        if err > ATOL and rope.layout == "interleaved":  # tables held half-wise, applied paired
+            c, s = (_as_layout(rope, t, cos.shape[-1], True) for t in
+                    rope.cos_sin(pos_ar.astype(np.int64), dtype=np.float64))
+            err = max(np.abs(c - cos).max(), np.abs(s - sin).max())
+        if err > ATOL:
+            return f"{name}: cos/sin differ by {err:.2e}"
+    got = rope.apply(q.numpy().astype(np.float64), pos_ar, heads_axis=-3)
+    want = q_hf.double().numpy()
+    if permuted:  # DeepSeek's *_interleave returns the pairs de-interleaved (same q.k)
+        r = rope.rotary_dim
+        got = np.concatenate([got[..., :r][..., 0::2], got[..., :r][..., 1::2], got[..., r:]],
+                             axis=-1)
+    if got.shape != want.shape:
+        return f"{name}: rotated q shape {got.shape}, transformers {want.shape}"
+    err = np.abs(got - want).max()
+    if err > 2 * ATOL:
+        return f"{name}: rotated q differs by {err:.2e}"
+    return None
+
+
+def _cases(model_type):
+    """``(label, config, sub-config, rotary class, layer_type)`` for each rotary found."""
+    _, transformers, _ = _transformers()
+    config = transformers.AutoConfig.for_model(model_type)
+    module = _modeling(model_type)
+    classes = [c for c in _rotary_classes(module) if _takes_config(c)]
+    out = []
+    for path, sub in _configs(config):
+        for cls in classes:
+            for lt in _layer_types(sub):
+                try:
+                    with _quiet():
+                        emb = cls(sub)
+                except Exception:  # noqa: BLE001 - this class is not for this sub-config
+                    continue
+                out.append((".".join(path) or "config", config, sub, emb, lt))
+            if out:
+                return out
+    return out
+
+
+@contextlib.contextmanager
+def _quiet():
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _axial(config):
+    for _, sub in _configs(config):
+        rp = getattr(sub, "rope_parameters", None)
+        if isinstance(rp, dict) and rp.get("rope_type") == "axial":
+            return sub
+    return None
+
+
+def _user_config(label, config, sub):
+    """What a user passes for this rotary: the config.json itself for the text model, the
+    sub-config for another (audio, vision) one."""
+    if label == "text_config":
+        return config
+    if label == "config":  # the top-level rotary, not the text model's
+        return {k: v for k, v in config.to_dict().items() if k != "text_config"}
+    return sub
+
+
+@functools.lru_cache(maxsize=None)
+def check(model_type):
+    """``("pass" | "refuse" | "mismatch" | "none", detail)`` for one model type."""
+    torch, transformers, _ = _transformers()
+    try:
+        with _quiet():
+            cases = _cases(model_type)
+    except Exception as e:  # noqa: BLE001 - the model type cannot be built offline
+        return "none", f"transformers: {type(e).__name__}: {e}"[:200]
+    if not cases:
+        sub = None
+        with contextlib.suppress(Exception), _quiet():
+            sub = _axial(transformers.AutoConfig.for_model(model_type))
+        if sub is None:
+            return "none", "no rotary embedding built from a config"
+        try:
+            rope = arrpos.RoPE.from_hf_config(sub.to_dict())
+        except REFUSALS as e:
+            return "refuse", f"{type(e).__name__}: {e}"
+        return "mismatch", f"axial vision rope accepted as {rope!r} (unchecked)"
+    for i, (label, config, sub, emb, lt) in enumerate(cases):
+        name = label if lt is None else f"{label}[{lt}]"
+        try:
+            with _quiet():
+                rope = arrpos.RoPE.from_hf_config(_user_config(label, config, sub),
+                                                  layer_type=lt)
+        except REFUSALS as e:
+            if not str(e).startswith(f"{sub.model_type}: "):
+                return "mismatch", f"{name}: refusal not naming the model type: {e}"
+            return "refuse", f"{type(e).__name__}: {e}"
+        except Exception as e:  # noqa: BLE001 - an unclear error is a failure
+            return "mismatch", f"{name}: unclear {type(e).__name__}: {e}"
+        module = _modeling(model_type)
+        mrope = _is_mrope(type(emb), module, sub)
+        pos = _positions(mrope, i)
+        try:
+            with _quiet():
+                try:
+                    cos, sin, cis = _hf_tables(emb, pos, lt, rope.head_dim)
+                except KeyError:  # this module does not serve that layer type
+                    continue
+                width = max(rope.head_dim, cos.shape[-1])
+                gen = torch.Generator().manual_seed(i)
+                q = torch.rand(1, 2, N_POS, width, generator=gen, dtype=torch.float32) * 2 - 1
+                if cis is not None:
+                    fn = module.apply_rotary_emb
+                    q_hf = _hf_apply_complex(fn, q, cis)
+                else:
+                    fn = _apply_function(module, sub)
+                    if fn is None:
+                        return "mismatch", f"{name}: accepted, no apply function to check it"
+                    q_hf = _hf_apply(fn, q, cos, sin)
+        except Exception as e:  # noqa: BLE001 - arrpos answered what could not be checked
+            return "mismatch", (f"{name}: accepted, but transformers' own rotary fails here: "
+                                f"{type(e).__name__}: {e}")[:200]
+        permuted = fn.__name__.endswith("_interleave")
+        problem = _compare(name, rope, cos, sin, q_hf, q, pos, mrope, permuted)
+        if problem:
+            return "mismatch", problem
+    return "pass", ", ".join(sorted({c[0] for c in cases}))
+
+
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                    "rope.md")
+START, END = "<!-- hf-families:start -->", "<!-- hf-families:end -->"
+
+
+def markdown(results):
+    """The supported-families table of docs/rope.md."""
+    _, transformers, _ = _transformers()
+    rotary = {mt: r for mt, r in results.items() if r[0] != "none"}
+    passing = [mt for mt, r in rotary.items() if r[0] == "pass"]
+    lines = [START, "",
+             f"transformers {transformers.__version__}: {len(rotary)} model types use rotary "
+             f"embeddings; `from_hf_config` reproduces {len(passing)} and refuses "
+             f"{len(rotary) - len(passing)} with the reason below (generated by "
+             "`python tests/hf_families.py --write-docs`).", "",
+             "| model type | result |", "|---|---|"]
+    for mt, (status, detail) in sorted(rotary.items()):
+        what = f"reproduced ({detail})" if status == "pass" else f"{status}: {detail}"
+        what = what.replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{mt}` | {what} |")
+    return "\n".join(lines + ["", END])
+
+
+def write_docs(results):
+    with open(DOCS, encoding="utf-8") as f:
+        text = f.read()
+    table = markdown(results)
+    if START in text:
+        text = text[:text.index(START)] + table + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n## Model families\n\n" + table + "\n"
+    with open(DOCS, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def main(argv):
+    types = [a for a in argv if not a.startswith("--")] or model_types()
+    results = {}
+    for mt in types:
+        results[mt] = check(mt)
+        print(f"{mt:40s} {results[mt][0]:8s} {results[mt][1][:150]}", flush=True)
+    counts = {}
+    for status, _ in results.values():
+        counts[status] = counts.get(status, 0) + 1
+    rotary = sum(v for k, v in counts.items() if k != "none")
+    print(f"# {counts}; rotary types {rotary}, passing {counts.get('pass', 0)}", file=sys.stderr)
+    if "--write-docs" in argv:
+        write_docs(results)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,84 @@
+"""from_hf_config's config reading without transformers: the scaling registry, the keys it
+reads and its refusals (the per-model-type behaviour is checked against transformers itself
+in test_hf_families.py)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import arrpos
+from arrpos import _rope_scaling
+
+LLAMA = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
+         "max_position_embeddings": 4096}
+
+
+def test_every_scaling_registers_itself():
+    classes = [arrpos.LinearScaling, arrpos.DynamicNTKScaling, arrpos.YarnScaling,
+               arrpos.LongRopeScaling, arrpos.Llama3Scaling, arrpos.ProportionalScaling]
+    for cls in classes:
+        assert _rope_scaling.SCALINGS[cls.rope_type] is cls
+    assert {c for c in classes if c.seq_dependent} == {arrpos.DynamicNTKScaling,
+                                                       arrpos.LongRopeScaling}
+
+
+def test_a_new_scaling_is_one_class():
+    @dataclasses.dataclass(frozen=True)
+    class HalfScaling(_rope_scaling.RopeScaling):
+        rope_type = "test_half"
+
+        def _inv_freq(self, dim, base, seq_len):
+            return _rope_scaling._default_inv_freq(dim, base) / 2, 1.0
+
+        @classmethod
+        def from_config(cls, rope_parameters, config):
+            return cls()
+
+    try:
+        rope = arrpos.RoPE.from_hf_config(dict(LLAMA, rope_parameters={"rope_type": "test_half"}))
+        assert rope.scaling == HalfScaling()
+        assert rope.frequencies()[0][1] == pytest.approx(0.5 * 10000.0 ** (-2 / 64), rel=1e-15)
+    finally:
+        del _rope_scaling.SCALINGS["test_half"]
+
+
+def test_width_and_layout_keys():
+    r = arrpos.RoPE.from_hf_config(dict(LLAMA, qk_rope_head_dim=32, head_dim=96))
+    assert (r.head_dim, r.rotary_dim) == (32, 32)  # MLA: the rope slice only
+    r = arrpos.RoPE.from_hf_config({"model_type": "dbrx", "d_model": 512, "n_heads": 8})
+    assert r.head_dim == 64
+    r = arrpos.RoPE.from_hf_config(dict(LLAMA, kv_channels=48))
+    assert r.head_dim == 48
+    assert arrpos.RoPE.from_hf_config(dict(LLAMA, rope_interleave=True)).layout == "interleaved"
+    assert arrpos.RoPE.from_hf_config(dict(LLAMA, model_type="cohere")).layout == "interleaved"
+    gemma = dict(LLAMA, head_dim=32, layer_types=["sliding_attention", "full_attention"],
+                 per_layer_config={"01": {"head_dim": 64}},
+                 rope_parameters={"sliding_attention": {"rope_type": "default"},
+                                  "full_attention": {"rope_type": "default"}})
+    assert arrpos.RoPE.from_hf_config(gemma, layer_type="full_attention").head_dim == 64
+    assert arrpos.RoPE.from_hf_config(gemma, layer_type="sliding_attention").head_dim == 32
+
+
+def test_mrope_defaults_by_model_type():
+    cfg = dict(LLAMA, hidden_size=512, model_type="qwen2_vl_text")
+    assert arrpos.RoPE.from_hf_config(cfg).axes == arrpos.mrope_axes([16, 24, 24])
+    cfg = dict(LLAMA, hidden_size=512, model_type="cosmos3_edge_text")
+    assert arrpos.RoPE.from_hf_config(cfg).axes == arrpos.mrope_axes([24, 20, 20],
+                                                                      interleaved=True)
+    ernie = arrpos.RoPE.from_hf_config(dict(cfg, model_type="ernie4_5_vl_moe_text"))
+    assert ernie.axes == (1, 2) * 22 + (0,) * 20 and ernie.layout == "interleaved"
+
+
+@pytest.mark.parametrize("cfg, error, words", [
+    ({"model_type": "nanochat", "hidden_size": 64, "num_attention_heads": 2},
+     NotImplementedError, "flipped"),
+    ({"model_type": "pixtral", "hidden_size": 64, "num_attention_heads": 2,
+      "rope_parameters": {"rope_type": "axial"}}, NotImplementedError, "axial"),
+    ({"model_type": "glm4_moe", "hidden_size": 84, "num_attention_heads": 2,
+      "partial_rotary_factor": 0.5}, ValueError, "even"),
+    ({"model_type": "mystery", "rope_theta": 1e4}, ValueError, "head_dim"),
+])
+def test_refusals_name_the_model_type(cfg, error, words):
+    with pytest.raises(error, match=f"^{cfg['model_type']}: .*{words}"):
+        arrpos.RoPE.from_hf_config(cfg)
