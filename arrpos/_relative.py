@@ -151,8 +151,9 @@ def _window_shape(window):
     """``window`` as a non-empty tuple of positive ints, or a TypeError/ValueError naming it."""
     if isinstance(window, (bool, str, bytes)) or not hasattr(window, "__iter__"):
         raise TypeError(
-            f"window must be a sequence of ints, one per axis (e.g. (7, 7); a bare int is "
-            f"ambiguous between a 1-D and a square window), got {type(window).__name__} {window!r}"
+            "window must be a sequence of ints, one per axis (e.g. (7, 7); a bare int is "
+            "ambiguous between a 1-D and a square window), got "
+            f"{type(window).__name__} {window!r}"
         )
     window = tuple(window)
     if not window:
