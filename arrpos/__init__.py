@@ -18,15 +18,17 @@ from ._rope import (
     rope_cos_sin,
     rope_frequencies,
 )
-from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_slopes
+from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_bias_from_positions, alibi_slopes
 from ._attention import PositionProperties, attention, properties, similarity
 from ._conv import conv_positional, conv_positional_2d
 from ._learned import learned_init, lookup, resample
+from ._packed import packed_mask, packed_positions
 from ._relative import (
     deberta_bucket,
     deberta_scores,
     rel_shift,
     relative_bias,
+    relative_index_nd,
     relative_positions,
     shaw_index,
     shaw_key_scores,
@@ -59,6 +61,7 @@ __all__ = sorted(
         # alibi
         "alibi_bias",
         "alibi_bias_from_mask",
+        "alibi_bias_from_positions",
         "alibi_slopes",
         # attention and analysis
         "PositionProperties",
@@ -72,11 +75,15 @@ __all__ = sorted(
         "learned_init",
         "lookup",
         "resample",
+        # packed sequences
+        "packed_mask",
+        "packed_positions",
         # relative
         "deberta_bucket",
         "deberta_scores",
         "rel_shift",
         "relative_bias",
+        "relative_index_nd",
         "relative_positions",
         "shaw_index",
         "shaw_key_scores",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from . import _dispatch
 from ._exact import power_frequencies, timestep_frequencies
 from ._lib import (
@@ -30,6 +32,8 @@ from ._lib import (
 __all__ = ["decode_sinusoidal", "grid_coords", "sinusoidal", "sinusoidal_nd", "timestep_embedding"]
 
 _LAYOUTS = ("interleaved", "split")
+_GROUPS = ("axis", "sincos")
+_GRID_MODES = ("index", "linspace", "center")
 
 
 def _table(xp, positions, hi, lo, *, layout, dtype, width):
@@ -42,16 +46,18 @@ def sinusoidal(positions, dim, /, *, base=10000.0, layout="interleaved", dtype=N
     """Fixed sinusoidal position encoding (Vaswani et al., 2017).
 
     ``w_i = base ** (-2 i / dim)`` for ``i < dim / 2``; a row at position ``p`` holds
-    ``sin(p w_i)`` and ``cos(p w_i)``.
+    ``sin(p w_i)`` and ``cos(p w_i)``. An odd ``dim`` (``"interleaved"`` only, keras-hub's
+    ``SinePositionEncoding``): column ``j`` uses ``w_{j//2}``, even columns sin, odd cos, so
+    the last column is the sine of the ``(dim + 1) / 2``-th frequency.
 
     Parameters
     ----------
     positions : int or array
         An int ``n`` for positions ``0 .. n-1``, or an integer or real array of any shape ``P``.
     dim : int
-        Number of features, even.
+        Number of features (>= 1); even for ``"split"``.
     base : float, optional
-        The wavelength base (10000 in the paper).
+        The wavelength base (10000 in the paper; keras-hub's ``max_wavelength``).
     layout : {"interleaved", "split"}, optional
         ``"interleaved"``: ``out[..., 2i] = sin``, ``out[..., 2i+1] = cos`` (the paper).
         ``"split"``: ``out[..., i] = sin``, ``out[..., dim/2 + i] = cos`` (tensor2tensor,
@@ -75,13 +81,17 @@ def sinusoidal(positions, dim, /, *, base=10000.0, layout="interleaved", dtype=N
     TypeError
         ``dim`` not an int, ``positions`` not an int or a real array, ``dtype`` not real floating.
     ValueError
-        ``dim`` odd or < 2, unknown ``layout``, ``base <= 0``, non-finite positions.
+        ``dim < 1``, an odd ``dim`` with ``"split"``, unknown ``layout``, ``base <= 0``,
+        non-finite positions.
 
     Notes
     -----
     Backend support: NumPy float32/float64 output takes the compiled kernel (one complex
     multiply per element, multithreaded); every other namespace the generic Array API code.
     Accuracy: within 2e-7 (float32) and 1e-12 (float64) of exact up to position 2**24.
+    keras-hub forms ``timescales`` and angles in the layer's compute dtype (float32 by
+    default), so its float32 values drift from these by up to ``~p * 6e-8`` rad at position
+    ``p``; the formula is the same.
 
     Examples
     --------
@@ -93,25 +103,33 @@ def sinusoidal(positions, dim, /, *, base=10000.0, layout="interleaved", dtype=N
     array([0.84, 0.54, 0.53, 0.85, 0.31, 0.95])
     >>> arrpos.sinusoidal(np.array([[0, 3], [1, 2]]), 4, layout="split").shape
     (2, 2, 4)
+    >>> np.round(arrpos.sinusoidal(2, 5)[1], 3)  # odd dim: columns use w0, w0, w1, w1, w2
+    array([0.841, 0.54 , 0.025, 1.   , 0.001])
     """
     xp = array_namespace(positions, xp=xp, name="positions")
-    dim = check_even_dim(dim, "dim")
+    dim = check_positive_int(dim, "dim")
     base = check_real_scalar(base, "base", positive=True)
     layout = check_choice(layout, "layout", _LAYOUTS)
+    if dim % 2 and layout != "interleaved":
+        raise ValueError(f"dim must be even with layout={layout!r}, got {dim}; an odd dim is "
+                         "allowed with layout='interleaved' only (keras-hub)")
     pos = as_positions(xp, positions, "positions", device=device)
     dtype = output_dtype(xp, None if isinstance(positions, int) else pos, dtype,
                          device=device_of(pos))
     check_finite_range(xp, pos, "positions")
-    hi, lo = power_frequencies(dim // 2, dim, base)
+    hi, lo = power_frequencies((dim + 1) // 2, dim, base)
     return _table(xp, pos, hi, lo, layout=layout, dtype=dtype, width=dim)
 
 
-def sinusoidal_nd(coords, dim, /, *, base=10000.0, layout="split", dtype=None):
-    """Sinusoidal encoding of N-d coordinates: one equal chunk of features per axis.
+def sinusoidal_nd(coords, dim, /, *, base=10000.0, layout="split", group="axis", dtype=None):
+    """Sinusoidal encoding of N-d coordinates: equal chunks of features per axis.
 
-    Chunk ``k`` (features ``k*dim/n`` to ``(k+1)*dim/n``) is
+    ``group="axis"``: chunk ``k`` (features ``k*dim/n`` to ``(k+1)*dim/n``) is
     ``sinusoidal(coords[..., k], dim/n, layout=layout)``. With ``coords = grid_coords((H, W))``
     the rows reshaped to ``(H*W, dim)`` equal MAE's / diffusers' ``get_2d_sincos_pos_embed``.
+    ``group="sincos"`` (timm's ``build_sincos2d_pos_embed``): all sines, then all cosines, each
+    as ``n`` chunks of ``dim/(2n)`` features in ``coords`` order, with frequencies
+    ``base ** (-j / (dim/(2n)))`` (the frequencies of ``"axis"``, regrouped).
 
     Parameters
     ----------
@@ -120,9 +138,12 @@ def sinusoidal_nd(coords, dim, /, *, base=10000.0, layout="split", dtype=None):
     dim : int
         Total features, divisible by ``2 n``.
     base : float, optional
-        Wavelength base.
+        Wavelength base (timm's ``temperature``).
     layout : {"split", "interleaved"}, optional
-        Layout inside each chunk (``"split"``: ``[sin | cos]``, MAE's convention).
+        Layout inside each chunk with ``group="axis"`` (``"split"``: ``[sin | cos]``, MAE's
+        convention); ignored with ``group="sincos"``.
+    group : {"axis", "sincos"}, optional
+        Features grouped by axis (MAE, diffusers) or by function (timm).
     dtype : dtype, optional
         Real floating output dtype (default: the dtype of real ``coords``, else the default float).
 
@@ -136,10 +157,18 @@ def sinusoidal_nd(coords, dim, /, *, base=10000.0, layout="split", dtype=None):
     TypeError
         ``coords`` not a real array.
     ValueError
-        ``coords`` 0-d, ``dim`` not divisible by ``2 n``, unknown ``layout``.
+        ``coords`` 0-d, ``dim`` not divisible by ``2 n``, unknown ``layout`` or ``group``.
 
     Notes
     -----
+    timm stacks its grid first axis first, ``(h, w)``, while :func:`grid_coords` puts the last
+    axis (x = w) first: timm's ``build_sincos2d_pos_embed((H, W), dim)`` is
+    ``sinusoidal_nd(grid_coords((H, W))[..., ::-1], dim, group="sincos")`` flattened to
+    ``(H*W, dim)``; its ``reverse_coord=True`` reverses ``feat_shape`` (tokens and
+    coordinates alike: ``grid_coords((W, H))[..., ::-1]``; no change for square grids).
+    timm's ``interleave_sin_cos=True`` is ``group="axis"`` with ``"split"`` on the same
+    coordinates. timm forms angles in float32; these are exact (timm's float32 values differ
+    by up to ``~p * 1.2e-7`` rad at coordinate ``p``).
     Backend support: as :func:`sinusoidal` (one table call over all coordinates).
 
     Examples
@@ -149,6 +178,9 @@ def sinusoidal_nd(coords, dim, /, *, base=10000.0, layout="split", dtype=None):
     >>> emb.shape
     (4, 6, 32)
     >>> bool(abs(emb[2, 5, :8] - arrpos.sinusoidal(6, 16, layout="split")[5, :8]).max() < 1e-12)
+    True
+    >>> t = arrpos.sinusoidal_nd(arrpos.grid_coords((4, 6)), 32, group="sincos")
+    >>> bool((t[2, 5, :8] == emb[2, 5, :8]).all() and (t[2, 5, 16:24] == emb[2, 5, 8:16]).all())
     True
     """
     xp = array_namespace(coords, name="coords")
@@ -163,16 +195,43 @@ def sinusoidal_nd(coords, dim, /, *, base=10000.0, layout="split", dtype=None):
         raise ValueError(f"dim must be divisible by 2 * n = {2 * n} for {n}-d coords, got {dim}")
     base = check_real_scalar(base, "base", positive=True)
     layout = check_choice(layout, "layout", _LAYOUTS)
+    group = check_choice(group, "group", _GROUPS)
     dtype = output_dtype(xp, coords, dtype, device=device_of(coords))
     check_finite_range(xp, coords, "coords")
     sub = dim // n
     hi, lo = power_frequencies(sub // 2, sub, base)
-    table = _table(xp, coords, hi, lo, layout=layout, dtype=dtype, width=sub)
-    return xp.reshape(table, tuple(coords.shape[:-1]) + (dim,))
+    lead = tuple(coords.shape[:-1])
+    if group == "axis":
+        table = _table(xp, coords, hi, lo, layout=layout, dtype=dtype, width=sub)
+        return xp.reshape(table, lead + (dim,))
+    table = _table(xp, coords, hi, lo, layout="split", dtype=dtype, width=sub)
+    table = xp.reshape(table, lead + (n, 2, sub // 2))  # (axis, sin/cos, frequency)
+    k = len(lead)
+    table = xp.permute_dims(table, tuple(range(k)) + (k + 1, k, k + 2))
+    return xp.reshape(table, lead + (dim,))
 
 
-def grid_coords(shape, /, *, scale=1.0, dtype=None, device=None, xp=None):
-    """Coordinates of an integer grid, last grid axis first (x, y, ...), times ``scale``.
+def _axis_coords(xp, n, mode, scale, dtype, device):
+    """Coordinates along one axis of length ``n``, formed on the host in float64 (an exact
+    integer numerator, one division, one product by ``scale``) and rounded once to ``dtype``:
+    device division by a constant may be a reciprocal product (XLA), one ulp off."""
+    i = np.arange(n, dtype=np.float64)
+    if mode == "linspace":
+        i = (2.0 * i - (n - 1)) / (n - 1) if n > 1 else i - 1.0  # linspace(-1, 1, 1) is [-1]
+    elif mode == "center":
+        i = (2.0 * i + (1 - n)) / n
+    if scale != 1.0:
+        i = i * scale
+    host = i if dtype == getattr(xp, "float64", None) else i.astype(np.float32)
+    return xp.asarray(host, dtype=dtype, device=device)
+
+
+def grid_coords(shape, /, *, scale=1.0, mode="index", dtype=None, device=None, xp=None):
+    """Coordinates of a grid, last grid axis first (x, y, ...), times ``scale``.
+
+    Along an axis of length ``n``: ``mode="index"`` gives ``0 .. n-1``; ``"linspace"`` gives
+    ``linspace(-1, 1, n)`` (timm's and rotary-embedding-torch's pixel grids); ``"center"``
+    gives the cell centres ``2 (i + 0.5) / n - 1`` (DINOv3's normalised grid).
 
     Parameters
     ----------
@@ -180,6 +239,8 @@ def grid_coords(shape, /, *, scale=1.0, dtype=None, device=None, xp=None):
         Grid shape, e.g. ``(H, W)``.
     scale : float, optional
         Multiplies every coordinate (diffusers' ``1 / (n / base_size) / interpolation_scale``).
+    mode : {"index", "linspace", "center"}, optional
+        Integer indices, or coordinates normalised to ``[-1, 1]`` (see above).
     dtype : dtype, optional
         Real floating dtype (default: the namespace default float).
     device, xp : optional
@@ -188,14 +249,24 @@ def grid_coords(shape, /, *, scale=1.0, dtype=None, device=None, xp=None):
     Returns
     -------
     array
-        Shape ``shape + (len(shape),)`` with ``out[i0, ..., ik, j] = i_{k-j} * scale``.
+        Shape ``shape + (len(shape),)`` with ``out[i0, ..., ik, j] = c(i_{k-j}) * scale``,
+        ``c`` the coordinate of ``mode`` along axis ``k - j``.
 
     Raises
     ------
     TypeError
         ``shape`` not a sequence of ints, ``dtype`` not real floating.
     ValueError
-        An empty or negative ``shape``.
+        An empty or negative ``shape``, unknown ``mode``.
+
+    Notes
+    -----
+    Coordinates are formed on the host in float64 and rounded once to ``dtype``: float32
+    values are the correctly rounded ones (``torch.linspace`` in float32 may differ
+    by one ulp). The peers index their grids ``(h, w)``; here x (w) comes first, so reverse
+    the last axis (``[..., ::-1]``) for their order. DINOv3's ``normalize_coords="max"`` /
+    ``"min"`` grids (centres divided by the longest or shortest side ``m``) are
+    ``grid_coords(shape, scale=2 / m) + (1 / m - 1)``.
 
     Examples
     --------
@@ -205,6 +276,10 @@ def grid_coords(shape, /, *, scale=1.0, dtype=None, device=None, xp=None):
     (2, 3, 2)
     >>> g[1, 2].tolist()
     [2.0, 1.0]
+    >>> arrpos.grid_coords((1, 5), mode="linspace")[0, :, 0].tolist()
+    [-1.0, -0.5, 0.0, 0.5, 1.0]
+    >>> arrpos.grid_coords((1, 4), mode="center")[0, :, 0].tolist()
+    [-0.75, -0.25, 0.25, 0.75]
     """
     xp = array_namespace(xp=xp)
     if isinstance(shape, int) and not isinstance(shape, bool):
@@ -217,12 +292,12 @@ def grid_coords(shape, /, *, scale=1.0, dtype=None, device=None, xp=None):
         raise ValueError("shape must have at least one axis, got ()")
     shape = tuple(check_positive_int(s, f"shape[{i}]", minimum=0) for i, s in enumerate(shape))
     scale = check_real_scalar(scale, "scale")
+    mode = check_choice(mode, "mode", _GRID_MODES)
     check_dtype_arg(xp, dtype, device=device)
     dtype = dtype if dtype is not None else default_float(xp, device)
-    axes = [xp.arange(s, dtype=dtype, device=device) for s in shape]
+    axes = [_axis_coords(xp, n, mode, scale, dtype, device) for n in shape]
     grids = xp.meshgrid(*axes, indexing="ij")
-    out = xp.stack(grids[::-1], axis=-1)
-    return out * scale if scale != 1.0 else out
+    return xp.stack(grids[::-1], axis=-1)
 
 
 def timestep_embedding(timesteps, dim, /, *, max_period=10000.0, flip_sin_to_cos=False,

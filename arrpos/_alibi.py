@@ -10,6 +10,7 @@ from ._lib import (
     array_namespace,
     check_choice,
     check_dtype_arg,
+    check_finite_range,
     check_positive_int,
     check_real_array,
     check_real_scalar,
@@ -18,7 +19,7 @@ from ._lib import (
     has_float64,
 )
 
-__all__ = ["alibi_bias", "alibi_bias_from_mask", "alibi_slopes"]
+__all__ = ["alibi_bias", "alibi_bias_from_mask", "alibi_bias_from_positions", "alibi_slopes"]
 
 _MODES = ("causal", "symmetric", "key")
 
@@ -32,19 +33,28 @@ def _host_slopes(n, max_bias):
     return np.array(slopes, dtype=np.float64)
 
 
-def alibi_slopes(num_heads, /, *, max_bias=8.0, dtype=None, device=None, xp=None):
+def alibi_slopes(num_heads, /, *, max_bias=8.0, head_offset=0, total_heads=None, dtype=None,
+                 device=None, xp=None):
     """ALiBi head slopes for any number of heads (Press et al.; BLOOM's ``build_alibi_tensor``).
 
     For a power of two ``n``: ``2 ** (-max_bias * k / n)``, ``k = 1 .. n``. Otherwise, with
     ``c`` the largest power of two below ``n``: the ``c`` slopes of ``c`` heads followed by
     the odd-numbered slopes (``k = 1, 3, 5, ...``) of ``2c`` heads, ``n - c`` of them.
+    With tensor parallelism a rank holds heads ``head_offset .. head_offset + num_heads - 1``
+    of a model with ``total_heads`` heads, and gets exactly that slice of
+    ``alibi_slopes(total_heads)`` (flashinfer, vLLM, Megatron).
 
     Parameters
     ----------
     num_heads : int
-        Number of attention heads (>= 1).
+        Number of attention heads returned (>= 1).
     max_bias : float, optional
         The exponent scale (8 in the paper and BLOOM).
+    head_offset : int, optional
+        Index of the first returned head in the whole model (>= 0).
+    total_heads : int, optional
+        Heads of the whole model, whose rule the slopes follow (default ``num_heads``);
+        ``head_offset + num_heads <= total_heads``.
     dtype : dtype, optional
         Real floating dtype (default: the namespace's default float).
     device : device, optional
@@ -60,9 +70,11 @@ def alibi_slopes(num_heads, /, *, max_bias=8.0, dtype=None, device=None, xp=None
     Raises
     ------
     TypeError
-        ``num_heads`` not an int, ``max_bias`` not real, ``dtype`` not real floating.
+        ``num_heads``, ``head_offset`` or ``total_heads`` not an int, ``max_bias`` not real,
+        ``dtype`` not real floating.
     ValueError
-        ``num_heads < 1`` or ``max_bias <= 0``.
+        ``num_heads < 1``, ``max_bias <= 0``, ``head_offset < 0`` or
+        ``head_offset + num_heads > total_heads``.
 
     Notes
     -----
@@ -77,16 +89,25 @@ def alibi_slopes(num_heads, /, *, max_bias=8.0, dtype=None, device=None, xp=None
     [0.25, 0.0625, 0.015625, 0.00390625]
     >>> [round(s, 4) for s in arrpos.alibi_slopes(6).tolist()]
     [0.25, 0.0625, 0.0156, 0.0039, 0.5, 0.125]
+    >>> arrpos.alibi_slopes(2, head_offset=2, total_heads=4).tolist()  # rank 1 of 2
+    [0.015625, 0.00390625]
     """
     xp = array_namespace(xp=xp)
     num_heads = check_positive_int(num_heads, "num_heads")
     max_bias = check_real_scalar(max_bias, "max_bias", positive=True)
+    head_offset = check_positive_int(head_offset, "head_offset", minimum=0)
+    total = num_heads if total_heads is None else check_positive_int(total_heads, "total_heads")
+    if head_offset + num_heads > total:
+        raise ValueError(
+            f"head_offset + num_heads must be <= total_heads, got {head_offset} + {num_heads} > "
+            f"{total}" + (" (total_heads defaults to num_heads)" if total_heads is None else "")
+        )
     check_dtype_arg(xp, dtype, device=device)
     if dtype is None:
         dtype = default_float(xp, device)
     elif dtype == getattr(xp, "float64", None) and not has_float64(xp, device):
         raise TypeError(f"dtype=float64 is not available on this device ({xp.__name__})")
-    host = _host_slopes(num_heads, max_bias)
+    host = _host_slopes(total, max_bias)[head_offset:head_offset + num_heads]
     return xp.asarray(host.astype(np.float64 if dtype == getattr(xp, "float64", None)
                                   else np.float32), dtype=dtype, device=device)
 
@@ -221,3 +242,93 @@ def alibi_bias_from_mask(slopes, attention_mask, /):
     b, k = m.shape
     return (xp.reshape(slopes, (1, slopes.shape[0], 1, 1))
             * xp.reshape(pos, (b, 1, 1, k)))
+
+
+def _check_positions(xp, x, name):
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        raise TypeError(f"{name} must be an array, got {type(x).__name__}")
+    check_real_array(xp, x, name)
+    if x.ndim < 1:
+        raise ValueError(f"{name} must have shape (..., n) with at least one axis, got a 0-d array")
+    check_finite_range(xp, x, name)
+
+
+def alibi_bias_from_positions(slopes, query_positions, key_positions, /, *, mode="symmetric"):
+    """ALiBi bias for arbitrary query and key positions (packed, reordered or 2-D tokens).
+
+    With ``d = q_pos - k_pos``: ``"symmetric"`` ``-slope * |d|`` (x-transformers'
+    ``forward_custom_pos``), ``"causal"`` ``-slope * d`` where ``d >= 0`` and 0 elsewhere,
+    ``"key"`` ``slope * k_pos``: the modes of :func:`alibi_bias`, which is this function for
+    ``query_positions = arange(q) + offset`` and ``key_positions = arange(k)``.
+
+    Parameters
+    ----------
+    slopes : array
+        Floating ``(heads,)``, e.g. from :func:`alibi_slopes`.
+    query_positions : array
+        Integer or real ``(..., q)``.
+    key_positions : array
+        Integer or real ``(..., k)``; its leading axes broadcast against those of
+        ``query_positions``.
+    mode : {"symmetric", "causal", "key"}, optional
+        The form of the bias (see above).
+
+    Returns
+    -------
+    array
+        ``(..., heads, q, k)`` in the dtype, namespace and device of ``slopes``.
+
+    Raises
+    ------
+    TypeError
+        ``slopes`` not a floating array, positions not real arrays.
+    ValueError
+        ``slopes`` not 1-D, 0-d positions, leading axes that do not broadcast, unknown
+        ``mode``, (eager) non-finite positions or ``|position| >= 2**53``.
+
+    Notes
+    -----
+    The distance is formed exactly (integers, or float64 where the device has it) and the
+    product is rounded once to the slopes' dtype, so integer positions below ``2**24`` give the
+    float32 values of x-transformers bit for bit. For packed documents, mask the pairs across
+    documents with :func:`packed_mask` (the bias itself does not know the documents).
+    Backend support: generic Array API code on every namespace.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> s = np.array([0.5])
+    >>> pos = arrpos.packed_positions([2, 3])
+    >>> arrpos.alibi_bias_from_positions(s, pos, pos)[0, :2].tolist()
+    [[0.0, -0.5, 0.0, -0.5, -1.0], [-0.5, 0.0, -0.5, 0.0, -0.5]]
+    >>> q = np.array([[3], [1]])
+    >>> arrpos.alibi_bias_from_positions(s, q, np.arange(4), mode="causal")[:, 0, 0].tolist()
+    [[-1.5, -1.0, -0.5, 0.0], [-0.5, 0.0, 0.0, 0.0]]
+    """
+    xp = array_namespace(slopes, query_positions, key_positions,
+                         name="slopes, query_positions and key_positions")
+    _check_slopes(xp, slopes)
+    _check_positions(xp, query_positions, "query_positions")
+    _check_positions(xp, key_positions, "key_positions")
+    mode = check_choice(mode, "mode", _MODES)
+    qlead, klead = tuple(query_positions.shape[:-1]), tuple(key_positions.shape[:-1])
+    try:
+        lead = tuple(np.broadcast_shapes(qlead, klead))
+    except ValueError:
+        raise ValueError(
+            f"the leading axes of query_positions {qlead} and key_positions {klead} do not "
+            "broadcast"
+        ) from None
+    dtype = slopes.dtype
+    work = xp.float64 if has_float64(xp, device_of(slopes)) else dtype
+    qp, kp = query_positions[..., :, None], key_positions[..., None, :]
+    if mode == "key":
+        dist = xp.broadcast_to(xp.astype(kp, work), lead + (qp.shape[-2], kp.shape[-1]))
+    else:
+        floats = xp.isdtype(qp.dtype, "real floating") or xp.isdtype(kp.dtype, "real floating")
+        back = xp.astype(kp, work) - xp.astype(qp, work) if floats else kp - qp  # -d
+        # 0 - |x| and clip give +0.0 where the distance is 0 (-|x| would give -0.0 for floats)
+        back = xp.clip(back, max=0) if mode == "causal" else 0 - xp.abs(back)
+        dist = xp.astype(back, work)
+    s = xp.reshape(xp.astype(slopes, work), (slopes.shape[0], 1, 1))
+    return xp.astype(s * dist[..., None, :, :], dtype)

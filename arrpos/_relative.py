@@ -31,6 +31,7 @@ __all__ = [
     "deberta_scores",
     "rel_shift",
     "relative_bias",
+    "relative_index_nd",
     "relative_positions",
     "shaw_index",
     "shaw_key_scores",
@@ -143,6 +144,87 @@ def relative_positions(query_len, key_len, /, *, query_offset=0, device=None, xp
     kpos = xp.arange(key_len, device=device)
     qpos = xp.arange(query_len, device=device) + query_offset
     return xp.reshape(kpos, (1, key_len)) - xp.reshape(qpos, (query_len, 1))
+
+
+
+def _window_shape(window):
+    """``window`` as a non-empty tuple of positive ints, or a TypeError/ValueError naming it."""
+    if isinstance(window, (bool, str, bytes)) or not hasattr(window, "__iter__"):
+        raise TypeError(
+            "window must be a sequence of ints, one per axis (e.g. (7, 7); a bare int is "
+            "ambiguous between a 1-D and a square window), got "
+            f"{type(window).__name__} {window!r}"
+        )
+    window = tuple(window)
+    if not window:
+        raise ValueError("window must have at least one axis, got ()")
+    return tuple(check_positive_int(w, f"window[{i}]") for i, w in enumerate(window))
+
+
+def relative_index_nd(window, /, *, device=None, xp=None):
+    """Swin / BEiT relative position index of a window with any number of axes.
+
+    Tokens are the window flattened in C order. For tokens ``a`` and ``b`` with coordinates
+    ``c(a)`` and ``c(b)``, the index is the C-order flat index of ``c(a) - c(b) + (w - 1)`` in a
+    grid of shape ``2 w - 1``: a row of a bias table of ``prod(2 w - 1)`` rows.
+
+    Parameters
+    ----------
+    window : sequence of int
+        The window shape, e.g. ``(7, 7)`` (Swin, BEiT) or ``(8, 7, 7)`` (Video Swin).
+    device : device, optional
+        Where to create the matrix (default: the namespace default).
+    xp : namespace, optional
+        Array namespace (default NumPy).
+
+    Returns
+    -------
+    array
+        Integer matrix ``(N, N)``, ``N = prod(window)``, in the namespace's default integer
+        dtype, values in ``[0, prod(2 w - 1))``. ``relative_bias(table, index)`` turns a table
+        ``(prod(2 w - 1), heads)`` into the bias ``(heads, N, N)``.
+
+    Raises
+    ------
+    TypeError
+        ``window`` not a sequence of ints (a bare int is refused: Swin reads it as a square).
+    ValueError
+        An empty ``window`` or a size < 1.
+
+    Notes
+    -----
+    Equal to transformers' ``SwinRelativePositionBias.relative_position_index`` for 2-D windows
+    and to Video Swin's 3-D index; BEiT's index is this one bordered by its three class-token
+    rows (``num_relative_distance - 3 .. - 1``), which are not part of this matrix.
+    The index is ``f(a) - f(b) + f(w - 1)`` with ``f`` the flat index in the ``2 w - 1`` grid,
+    so one subtraction of two vectors builds it. Backend support: generic Array API code.
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> arrpos.relative_index_nd((2, 2)).tolist()
+    [[4, 3, 1, 0], [5, 4, 2, 1], [7, 6, 4, 3], [8, 7, 5, 4]]
+    >>> arrpos.relative_index_nd((8, 7, 7)).shape
+    (392, 392)
+    """
+    xp = array_namespace(xp=xp)
+    window = _window_shape(window)
+    n = math.prod(window)
+    strides, centre, stride = [], 0, 1
+    for w in reversed(window):  # strides of the (2w - 1) grid, last axis fastest
+        strides.append(stride)
+        centre += (w - 1) * stride
+        stride *= 2 * w - 1
+    strides.reverse()
+    if stride > 2**31 - 1:  # the index must fit the int32 default of JAX without x64
+        raise ValueError(f"window {window} is too large: its table of {stride} rows overflows")
+    token = xp.arange(n, device=device)
+    flat = xp.zeros_like(token)
+    inner = n
+    for w, s in zip(window, strides):  # the coordinate along each axis, weighted by its stride
+        inner //= w
+        flat = flat + ((token // inner) % w) * s
+    return xp.reshape(flat, (n, 1)) - xp.reshape(flat, (1, n)) + centre
 
 
 def shaw_index(relative, /, *, max_distance):

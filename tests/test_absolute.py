@@ -162,7 +162,7 @@ def test_decode_rejects_non_encodings(backend):
 @pytest.mark.parametrize("dim", [7, 0, -4])
 def test_bad_dim_values(dim):
     with pytest.raises(ValueError, match="dim"):
-        arrpos.sinusoidal(10, dim)
+        arrpos.sinusoidal(10, dim, layout="split")  # odd dims: "interleaved" only
 
 
 @pytest.mark.parametrize("dim", [8.0, "8", None, True])
@@ -243,3 +243,144 @@ def test_decode_errors():
         arrpos.decode_sinusoidal(np.zeros((2, 5)))
     with pytest.raises(TypeError, match="encoding"):
         arrpos.decode_sinusoidal(np.zeros((2, 4), dtype=np.int64))
+
+
+# ------------------------------------------------------ odd dim (keras-hub), timm grouping, grids
+
+def keras_hub_sine(positions, hidden_size, max_wavelength=10000.0, dtype=np.float64):
+    """keras-hub ``SinePositionEncoding.call``, written from its source in ``dtype``."""
+    positions = np.asarray(positions, dtype=dtype)
+    min_freq = dtype(1 / max_wavelength)
+    j = np.arange(hidden_size)
+    timescales = np.power(min_freq, (2 * (j // 2)).astype(dtype) / dtype(hidden_size))
+    angles = positions[:, None] * timescales[None, :]
+    cos_mask = (j % 2).astype(dtype)
+    return np.sin(angles) * (1 - cos_mask) + np.cos(angles) * cos_mask
+
+
+@pytest.mark.parametrize("dim", [1, 3, 5, 17, 63])
+def test_odd_dim_matches_keras_hub(backend, dim):
+    pos = np.array([0, 1, 2, 7, 100, 999, 4096])
+    ref = keras_hub_sine(pos, dim)
+    got = backend.to_numpy(arrpos.sinusoidal(backend.asarray(pos), dim, base=10000.0))
+    assert got.shape == (len(pos), dim)
+    if got.dtype == np.float64:
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10)
+    # keras' own float32 layer: its float32 timescales and angles are off by ~p * 6e-8 rad
+    ref32 = keras_hub_sine(pos, dim, dtype=np.float32).astype(np.float64)
+    got32 = backend.to_numpy(arrpos.sinusoidal(backend.asarray(pos), dim,
+                                               dtype=backend.xp.float32)).astype(np.float64)
+    assert np.abs(got32 - ref).max() <= 2e-7  # ours: the exact values, rounded once
+    assert np.abs(got32 - ref32).max() <= 2e-7 + 1.2e-7 * pos.max()
+
+
+def test_odd_dim_is_the_even_table_without_its_last_cosine(backend):
+    pos = backend.asarray(np.array([[0.5, 3.0], [1e5, -2.0]]))
+    for dim in (3, 9):
+        odd = backend.to_numpy(arrpos.sinusoidal(pos, dim))
+        ref = sinusoid_exact(backend.to_numpy(pos).astype(np.float64), dim + 1)[..., :dim]
+        # the even table of width dim + 1 has the wrong exponents 2i/(dim+1): build them exactly
+        i = np.arange((dim + 1) // 2)
+        w = 10000.0 ** (-2.0 * i / dim)
+        ang = backend.to_numpy(pos).astype(np.float64)[..., None] * w
+        ref = np.stack([np.sin(ang), np.cos(ang)], axis=-1).reshape(ang.shape[:-1] + (-1,))
+        np.testing.assert_allclose(odd, ref[..., :dim], rtol=0, atol=_tol(odd))
+    with pytest.raises(ValueError, match="split"):
+        arrpos.sinusoidal(pos, 9, layout="split")
+
+
+def timm_sincos2d(feat_shape, dim, temperature=10000.0, reverse_coord=False,
+                  interleave_sin_cos=False, dtype=np.float64):
+    """timm's ``build_sincos2d_pos_embed``, written from its source (numpy, in ``dtype``)."""
+    pos_dim = dim // 4
+    exp = np.arange(pos_dim).astype(dtype) / dtype(pos_dim)
+    bands = dtype(1.0) / np.power(dtype(temperature), exp)
+    if reverse_coord:
+        feat_shape = feat_shape[::-1]
+    grid = np.stack(np.meshgrid(*[np.arange(s).astype(dtype) for s in feat_shape],
+                                indexing="ij")).reshape(2, -1).T
+    pos2 = grid[:, :, None] * bands[None, None, :]
+    stack_dim = 2 if interleave_sin_cos else 1
+    return np.stack([np.sin(pos2), np.cos(pos2)], axis=stack_dim).reshape(grid.shape[0], -1)
+
+
+@pytest.mark.parametrize("shape", [(4, 6), (7, 3), (14, 14)])
+@pytest.mark.parametrize("reverse_coord", [False, True])
+def test_sincos_group_matches_timm(backend, shape, reverse_coord):
+    dim = 32
+    ref = timm_sincos2d(list(shape), dim, reverse_coord=reverse_coord)
+    # timm stacks its grid in the order of its (possibly reversed) feat_shape, first axis
+    # first; grid_coords puts the last axis first, so swap the coordinates back
+    coords = arrpos.grid_coords(shape[::-1] if reverse_coord else shape, xp=backend.module)
+    coords = backend.xp.stack([coords[..., 1], coords[..., 0]], axis=-1)
+    got = arrpos.sinusoidal_nd(coords, dim, group="sincos")
+    got = backend.to_numpy(backend.xp.reshape(got, (shape[0] * shape[1], dim)))
+    if got.dtype == np.float64:
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10)
+    else:
+        np.testing.assert_allclose(got, ref, rtol=0, atol=2e-7)
+    # timm's own float32 arithmetic: angles off by up to ~p * 1.2e-7 rad at coordinate p
+    ref32 = timm_sincos2d(list(shape), dim, reverse_coord=reverse_coord, dtype=np.float32)
+    assert np.abs(got - ref32).max() <= 2e-7 + 1.2e-7 * max(shape)
+
+
+def test_timm_interleave_sin_cos_is_axis_grouping(backend):
+    ref = timm_sincos2d([5, 3], 16, interleave_sin_cos=True)
+    coords = arrpos.grid_coords((5, 3), xp=backend.module)
+    coords = backend.xp.stack([coords[..., 1], coords[..., 0]], axis=-1)
+    got = backend.to_numpy(arrpos.sinusoidal_nd(coords, 16, group="axis"))
+    tol = 1e-10 if got.dtype == np.float64 else 2e-7
+    np.testing.assert_allclose(got.reshape(15, 16), ref, rtol=0, atol=tol)
+
+
+def test_sincos_group_three_axes(backend):
+    """API.md's definition for n = 3: [sin a, sin b, sin c, cos a, cos b, cos c]."""
+    rng = np.random.default_rng(4)
+    c = backend.asarray(rng.uniform(-50, 50, size=(2, 5, 3)))
+    dim, q = 36, 6
+    got = backend.to_numpy(arrpos.sinusoidal_nd(c, dim, base=100.0, group="sincos"))
+    c = backend.to_numpy(c).astype(np.float64)  # float32 where the backend has no float64
+    w = 100.0 ** (-np.arange(q) / q)
+    ang = c[..., :, None] * w  # (..., axis, frequency)
+    ref = np.concatenate([np.sin(ang).reshape(2, 5, -1), np.cos(ang).reshape(2, 5, -1)], -1)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-10 if got.dtype == np.float64 else 2e-7)
+    with pytest.raises(ValueError, match="group"):
+        arrpos.sinusoidal_nd(backend.asarray(c), dim, group="sin")
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 16, 37])
+def test_grid_modes_match_linspace_and_dinov3(backend, n):
+    torch = pytest.importorskip("torch")
+    lin = arrpos.grid_coords((n, 3), mode="linspace", dtype=backend.xp.float32,
+                             xp=backend.module)
+    cen = arrpos.grid_coords((2, n), mode="center", scale=0.5, dtype=backend.xp.float32,
+                             xp=backend.module)
+    lin, cen = backend.to_numpy(lin), backend.to_numpy(cen)
+    assert lin.shape == (n, 3, 2) and cen.shape == (2, n, 2)
+    exact_lin = np.linspace(-1.0, 1.0, n)
+    # float32: the correctly rounded value; torch.linspace's own float32 within one ulp of it
+    np.testing.assert_array_equal(lin[:, 0, 1], exact_lin.astype(np.float32))
+    tl = torch.linspace(-1.0, 1.0, n, dtype=torch.float32).numpy()
+    np.testing.assert_allclose(lin[:, 0, 1], tl, rtol=0, atol=1.2e-7)
+    # DINOv3 "separate": coords = arange(0.5, n) / n, then 2 * coords - 1
+    dino = 2.0 * (np.arange(0.5, n) / n) - 1.0
+    np.testing.assert_array_equal(cen[1, :, 0], (0.5 * dino).astype(np.float32))
+    dino32 = 2 * (torch.arange(0.5, n, dtype=torch.float32) / n) - 1
+    np.testing.assert_allclose(cen[0, :, 0], 0.5 * dino32.numpy(), rtol=0, atol=1.2e-7)
+    if backend.float64:
+        lin64 = backend.to_numpy(arrpos.grid_coords((n,), mode="linspace", xp=backend.module,
+                                                    dtype=backend.xp.float64))
+        tl64 = torch.linspace(-1.0, 1.0, n, dtype=torch.float64).numpy()
+        np.testing.assert_allclose(lin64[:, 0], tl64, rtol=0, atol=1e-15)
+        cen64 = backend.to_numpy(arrpos.grid_coords((n,), mode="center", xp=backend.module,
+                                                    dtype=backend.xp.float64))
+        np.testing.assert_allclose(cen64[:, 0], dino, rtol=0, atol=1e-15)
+
+
+def test_grid_index_mode_and_errors(backend):
+    g = backend.to_numpy(arrpos.grid_coords((3, 2, 4), mode="index", scale=0.25,
+                                            xp=backend.module))
+    i0, i1, i2 = np.meshgrid(np.arange(3), np.arange(2), np.arange(4), indexing="ij")
+    np.testing.assert_array_equal(g, 0.25 * np.stack([i2, i1, i0], axis=-1))
+    with pytest.raises(ValueError, match="mode"):
+        arrpos.grid_coords((2, 2), mode="pixel", xp=backend.module)

@@ -158,3 +158,124 @@ def test_errors():
         arrpos.alibi_bias_from_mask(s, np.ones(3, dtype=np.int64))
     with pytest.raises(ValueError, match="attention_mask"):
         arrpos.alibi_bias_from_mask(s, np.array([[0, 2, 1]]))
+
+
+# ----------------------------------------------------- tensor-parallel slopes, custom positions
+
+@pytest.mark.parametrize("total", [8, 12, 32, 40, 96])
+def test_slopes_tensor_parallel_slices(backend, total):
+    whole = backend.to_numpy(arrpos.alibi_slopes(total, xp=backend.module))
+    for ranks in (1, 2, 4):
+        if total % ranks:
+            continue
+        n = total // ranks
+        for r in range(ranks):
+            part = arrpos.alibi_slopes(n, head_offset=r * n, total_heads=total, xp=backend.module)
+            np.testing.assert_array_equal(backend.to_numpy(part), whole[r * n:(r + 1) * n])
+    odd = arrpos.alibi_slopes(3, head_offset=5, total_heads=total, max_bias=4.0,
+                              dtype=backend.xp.float32, xp=backend.module)
+    np.testing.assert_array_equal(backend.to_numpy(odd),
+                                  np.float32(slopes_rule(total, 4.0)[5:8]))
+
+
+def _from_positions_loop(slopes, qpos, kpos, mode):
+    """``alibi_bias`` of API.md, one pair at a time, for 1-D positions."""
+    out = np.zeros((len(slopes), len(qpos), len(kpos)))
+    for h, s in enumerate(slopes):
+        for i, qp in enumerate(qpos):
+            for j, kp in enumerate(kpos):
+                d = float(qp) - float(kp)
+                out[h, i, j] = {"causal": -s * d if d >= 0 else 0.0,
+                                "symmetric": -s * abs(d), "key": s * float(kp)}[mode]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["causal", "symmetric", "key"])
+def test_from_positions_equals_alibi_bias_on_aranges(backend, mode):
+    s = arrpos.alibi_slopes(6, xp=backend.module)
+    for q, k, off in [(4, 4, 0), (1, 7, 6), (3, 6, 1)]:
+        qpos = backend.asarray(np.arange(q) + off)
+        kpos = backend.asarray(np.arange(k))
+        got = arrpos.alibi_bias_from_positions(s, qpos, kpos, mode=mode)
+        ref = arrpos.alibi_bias(s, q, k, mode=mode, query_offset=off)
+        np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(ref))
+
+
+@pytest.mark.parametrize("mode", ["causal", "symmetric", "key"])
+def test_from_positions_reordered_and_real(backend, mode):
+    rng = np.random.default_rng(1)
+    qpos = rng.permutation(9)[:5]
+    kpos = np.array([7.5, -2.25, 0.0, 3.0, 1e6 + 0.5, 4.0])
+    slopes = np.array(slopes_rule(3))
+    got = backend.to_numpy(arrpos.alibi_bias_from_positions(
+        backend.asarray(slopes), backend.asarray(qpos), backend.asarray(kpos), mode=mode))
+    ref = _from_positions_loop(slopes, qpos, kpos, mode)
+    tol = 1e-10 if got.dtype == np.float64 else 2e-7
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=0)
+
+
+def test_from_positions_broadcasts_leading_axes(backend):
+    s = arrpos.alibi_slopes(2, xp=backend.module)
+    qpos = backend.asarray(np.array([[3, 1], [0, 2]]))  # (batch, q)
+    kpos = backend.asarray(np.arange(4))  # (k,) shared by the batch
+    got = backend.to_numpy(arrpos.alibi_bias_from_positions(s, qpos, kpos))
+    assert got.shape == (2, 2, 2, 4)
+    sl = backend.to_numpy(s)
+    for b in range(2):
+        np.testing.assert_allclose(got[b], _from_positions_loop(sl, [[3, 1], [0, 2]][b],
+                                                                range(4), "symmetric"))
+
+
+def test_from_positions_equals_x_transformers(backend):
+    torch = pytest.importorskip("torch")
+    xt = pytest.importorskip("x_transformers.x_transformers")
+    rng = np.random.default_rng(2)
+    pos_i = rng.integers(0, 5000, size=(2, 7))
+    pos_j = rng.integers(0, 5000, size=(2, 9))
+    for heads in (4, 6, 8):
+        peer = xt.AlibiPositionalBias(heads=heads, total_heads=heads)
+        ref32 = peer.forward_custom_pos(torch.from_numpy(pos_i), torch.from_numpy(pos_j))
+        s32 = arrpos.alibi_slopes(heads, dtype=backend.xp.float32, xp=backend.module)
+        np.testing.assert_array_equal(backend.to_numpy(s32), peer.slopes.reshape(-1).numpy())
+        got = arrpos.alibi_bias_from_positions(s32, backend.asarray(pos_i),
+                                               backend.asarray(pos_j))
+        # float32: integer distances below 2**24 make both products correctly rounded: equal
+        np.testing.assert_array_equal(backend.to_numpy(got), ref32.numpy())
+        if backend.float64:
+            s64 = arrpos.alibi_slopes(heads, dtype=backend.xp.float64, xp=backend.module)
+            peer.slopes = torch.from_numpy(backend.to_numpy(s64)).reshape(heads, 1, 1)
+            real_i, real_j = pos_i + 0.25, pos_j * 0.5
+            ref64 = peer.forward_custom_pos(torch.from_numpy(real_i), torch.from_numpy(real_j))
+            got64 = arrpos.alibi_bias_from_positions(s64, backend.asarray(real_i),
+                                                     backend.asarray(real_j))
+            np.testing.assert_allclose(backend.to_numpy(got64), ref64.numpy(), rtol=1e-10,
+                                       atol=0)
+
+
+def test_slopes_and_positions_errors():
+    with pytest.raises(ValueError, match="total_heads"):
+        arrpos.alibi_slopes(4, head_offset=6, total_heads=8)
+    with pytest.raises(ValueError, match="total_heads"):
+        arrpos.alibi_slopes(4, head_offset=1)
+    with pytest.raises(ValueError, match="head_offset"):
+        arrpos.alibi_slopes(4, head_offset=-1, total_heads=8)
+    with pytest.raises(TypeError, match="total_heads"):
+        arrpos.alibi_slopes(4, total_heads=8.0)
+    with pytest.raises(TypeError, match="head_offset"):
+        arrpos.alibi_slopes(4, head_offset="1", total_heads=8)
+    s = arrpos.alibi_slopes(2)
+    p = np.arange(3)
+    with pytest.raises(ValueError, match="mode"):
+        arrpos.alibi_bias_from_positions(s, p, p, mode="key_only")
+    with pytest.raises(ValueError, match="query_positions"):
+        arrpos.alibi_bias_from_positions(s, np.array(3), p)
+    with pytest.raises(TypeError, match="key_positions"):
+        arrpos.alibi_bias_from_positions(s, p, p > 1)
+    with pytest.raises(TypeError, match="query_positions"):
+        arrpos.alibi_bias_from_positions(s, [0, 1], p)
+    with pytest.raises(ValueError, match="broadcast"):
+        arrpos.alibi_bias_from_positions(s, np.zeros((2, 3)), np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="key_positions"):
+        arrpos.alibi_bias_from_positions(s, p, np.array([0.0, np.nan]))
+    with pytest.raises(ValueError, match="slopes"):
+        arrpos.alibi_bias_from_positions(s[None], p, p)

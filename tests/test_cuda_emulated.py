@@ -77,6 +77,19 @@ def test_sinusoid_table_matches_generic(cp, layout, dtype):
     assert cp.launches and cp.launches[-1][0] == f"arrpos::sinusoid_table<{_cupy._CXX_TYPES[np.dtype(dtype).name]}>"
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sinusoid_table_odd_interleaved_width(cp, dtype):
+    """An odd width (keras-hub): whole pairs from the kernel, the last cosine dropped."""
+    hi, lo = power_frequencies(5, 9, 10000.0)
+    pos = np.array([0, 3, 70000], dtype=np.int64)
+    got = _cupy.sinusoid_table(cp.asfake(pos), hi, lo, layout="interleaved", dtype=dtype,
+                               width=9, xp=cp)
+    ref = _xp.sinusoid_table(pos, hi, lo, layout="interleaved", dtype=dtype, width=9, xp=npx)
+    assert got.shape == (3, 9) and ref.shape == (3, 9)
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=0, atol=2 * _ulps(dtype))
+    with pytest.raises(ValueError, match="width"):
+        _cupy.sinusoid_table(cp.asfake(pos), hi, lo, layout="split", dtype=dtype, width=9, xp=cp)
+
 def test_sinusoid_accuracy_to_2_24(cp):
     """Within 1e-12 (float64) of exact up to 2**24; the exact values come from decimals."""
     import mpmath

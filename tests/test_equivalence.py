@@ -55,6 +55,12 @@ def test_sinusoid_integer_positions(pos, half, base, layout, dtype, extra):
     _check(pos, half, base, layout, dtype, extra)
 
 
+@settings(max_examples=30, deadline=None)
+@given(pos=int_positions, half=st.integers(1, 40), dtype=st.sampled_from([np.float32, np.float64]))
+def test_sinusoid_odd_interleaved_width(pos, half, dtype):
+    """Odd widths (keras-hub): the compiled twin drops the last cosine like the generic one."""
+    _check(pos, half, 10000.0, "interleaved", dtype, -1)
+
 @settings(max_examples=40, deadline=None)
 @given(pos=real_positions, half=st.integers(1, 24), layout=st.sampled_from(LAYOUTS),
        dtype=st.sampled_from([np.float32, np.float64]))

@@ -397,3 +397,82 @@ def test_errors():
         arrpos.deberta_scores(q, q, None, None, np.zeros((2, 3), dtype=np.int64))
     with pytest.raises(ValueError, match="scale_factor"):
         arrpos.deberta_scores(q, q, None, None, np.zeros((3, 3), dtype=np.int64), scale_factor=0)
+
+
+# ----------------------------------------------------------------- Swin / BEiT n-D index
+
+def video_swin_index(window):
+    """Video Swin's ``WindowAttention3D.relative_position_index``, written from its source."""
+    wd, wh, ww = window
+    coords = np.stack(np.meshgrid(np.arange(wd), np.arange(wh), np.arange(ww), indexing="ij"))
+    flat = coords.reshape(3, -1)
+    rel = (flat[:, :, None] - flat[:, None, :]).transpose(1, 2, 0).copy()
+    rel[:, :, 0] += wd - 1
+    rel[:, :, 1] += wh - 1
+    rel[:, :, 2] += ww - 1
+    rel[:, :, 0] *= (2 * wh - 1) * (2 * ww - 1)
+    rel[:, :, 1] *= 2 * ww - 1
+    return rel.sum(-1)
+
+
+def index_nd_loop(window):
+    """API.md's definition, one token pair at a time."""
+    window = tuple(window)
+    coords = list(np.ndindex(*window))
+    grid = tuple(2 * w - 1 for w in window)
+    out = np.empty((len(coords), len(coords)), dtype=np.int64)
+    for a, ca in enumerate(coords):
+        for b, cb in enumerate(coords):
+            d = tuple(x - y + w - 1 for x, y, w in zip(ca, cb, window))
+            out[a, b] = np.ravel_multi_index(d, grid)
+    return out
+
+
+@pytest.mark.parametrize("window", [(7, 7), (3, 5), (1, 4), (2, 1)])
+def test_relative_index_nd_matches_transformers_swin_and_beit(backend, window):
+    pytest.importorskip("torch")
+    swin = pytest.importorskip("transformers.models.swin.modeling_swin")
+    beit = pytest.importorskip("transformers.models.beit.modeling_beit")
+    n = math.prod(window)
+    ref = swin.SwinRelativePositionBias(2, window).relative_position_index.view(n, n).numpy()
+    got = arrpos.relative_index_nd(window, xp=backend.module)
+    assert backend.xp.isdtype(got.dtype, "integral")
+    np.testing.assert_array_equal(backend.to_numpy(got), ref)
+    bidx = beit.BeitRelativePositionBias.generate_relative_position_index(window)
+    np.testing.assert_array_equal(backend.to_numpy(got), bidx[1:, 1:].numpy())
+
+
+@pytest.mark.parametrize("window", [(2, 7, 7), (3, 2, 4), (1, 1, 1)])
+def test_relative_index_nd_matches_video_swin(backend, window):
+    got = backend.to_numpy(arrpos.relative_index_nd(window, xp=backend.module))
+    np.testing.assert_array_equal(got, video_swin_index(window))
+
+
+@pytest.mark.parametrize("window", [(5,), (2, 3, 2, 3), (3, 1, 2, 1, 2)])
+def test_relative_index_nd_any_number_of_axes(backend, window):
+    got = backend.to_numpy(arrpos.relative_index_nd(list(window), xp=backend.module))
+    np.testing.assert_array_equal(got, index_nd_loop(window))
+    assert got.max() < math.prod(2 * w - 1 for w in window)
+
+
+def test_relative_index_nd_feeds_relative_bias(backend):
+    table = np.random.default_rng(0).normal(size=(5 * 7, 3))
+    idx = arrpos.relative_index_nd((3, 4), xp=backend.module)
+    bias = backend.to_numpy(arrpos.relative_bias(backend.asarray(table), idx))
+    ref = np.transpose(table[index_nd_loop((3, 4))], (2, 0, 1))
+    np.testing.assert_allclose(bias, ref.astype(bias.dtype), rtol=0, atol=0)
+
+
+def test_relative_index_nd_errors():
+    with pytest.raises(TypeError, match="window"):
+        arrpos.relative_index_nd(7)
+    with pytest.raises(TypeError, match="window"):
+        arrpos.relative_index_nd("77")
+    with pytest.raises(ValueError, match="window"):
+        arrpos.relative_index_nd(())
+    with pytest.raises(ValueError, match=r"window\[1\]"):
+        arrpos.relative_index_nd((3, 0))
+    with pytest.raises(TypeError, match=r"window\[0\]"):
+        arrpos.relative_index_nd((2.5, 3))
+    with pytest.raises(ValueError, match="too large"):
+        arrpos.relative_index_nd((2**16, 2**16))

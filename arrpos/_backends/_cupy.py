@@ -272,9 +272,17 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
         raise ValueError(f"lo must have the shape of hi {hi.shape}, got {lo.shape}")
     nf = hi.shape[0]
     width = _nonneg_int(width, "width")
-    if width < 2 * nf:
+    if width < 2 * nf - (code == _TABLE_LAYOUTS["interleaved"]):
         raise ValueError(f"width must be >= 2 * len(hi) = {2 * nf}, got {width}")
     shape = tuple(positions.shape) + (width,)
+    if width < 2 * nf:  # odd interleaved width: the kernel writes whole pairs; drop the last cos
+        full = sinusoid_table(positions, hi, lo, layout=layout, dtype=dtype, width=2 * nf, xp=xp)
+        if out is None:
+            return _cp().ascontiguousarray(full[..., :width])
+        with positions.device as device:
+            _check_out(out, "out", shape, dname, device)
+        out[...] = full[..., :width]
+        return out
     with positions.device as device:
         if out is None:
             out = _cp().empty(shape, dtype=dname)

@@ -125,8 +125,15 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     shape = tuple(np.shape(positions))
     hi = np.ascontiguousarray(hi, dtype=np.float64)
     lo = np.ascontiguousarray(lo, dtype=np.float64)
-    rc, rs, pc, ps = _rotation_tables(hi.tobytes(), lo.tobytes())
     nf = hi.shape[0]
+    if width < 2 * nf:  # odd interleaved width: the kernel writes whole pairs; drop the last cos
+        full = sinusoid_table(positions, hi, lo, layout=layout, dtype=dtype, width=2 * nf, xp=xp)
+        if out is None:
+            return np.ascontiguousarray(full[..., :width])
+        _check_out(out, shape + (width,), dtype)
+        out[...] = full[..., :width]
+        return out
+    rc, rs, pc, ps = _rotation_tables(hi.tobytes(), lo.tobytes())
     if out is None:
         out = np.empty((pos.shape[0], width), dtype=dtype)
     else:

@@ -174,7 +174,8 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     """The sinusoid table ``P + (width,)`` for host double-double frequencies ``hi + lo``.
 
     ``layout``: ``"interleaved"`` (sin, cos per pair), ``"split"`` ([sin | cos]) or
-    ``"split_cos"`` ([cos | sin]); columns past ``2 * len(hi)`` are zero. ``out``, when
+    ``"split_cos"`` ([cos | sin]); columns past ``2 * len(hi)`` are zero; an interleaved
+    ``width = 2 * len(hi) - 1`` drops the last cosine (odd widths, keras-hub). ``out``, when
     given, receives the table (namespaces with mutable arrays only).
     """
     device = device_of(positions)
@@ -189,7 +190,9 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     else:
         table = xp.concat([c, s], axis=-1)
     pad = width - table.shape[-1]
-    if pad:
+    if pad < 0:
+        table = table[..., :width]
+    elif pad:
         zeros = xp.zeros(table.shape[:-1] + (pad,), dtype=dtype, device=device)
         table = xp.concat([table, zeros], axis=-1)
     if out is not None:
