@@ -459,3 +459,31 @@ def test_mixed_reduces_to_axial_when_not_rotated():
     for m, a in zip(mixed, axial):
         np.testing.assert_allclose(m, a, atol=1e-15)
     assert math.isclose(float(freqs[1, 0]), 0.0, abs_tol=0.0)
+
+
+# --- the mapping document's examples run as written ------------------------------------------
+
+
+def _mapping_blocks():
+    """Python blocks of the rotary mapping: docs/coming-from-rope.md, or its section of
+    docs/coming-from.md (between the rope:begin / rope:end markers) once merged there."""
+    import pathlib
+    import re
+
+    docs = pathlib.Path(__file__).resolve().parent.parent / "docs"
+    for name in ("coming-from-rope.md", "coming-from.md"):
+        path = docs / name
+        if path.exists() and "<!-- rope:begin -->" in path.read_text():
+            text = path.read_text().split("<!-- rope:begin -->", 1)[1]
+            text = text.split("<!-- rope:end -->", 1)[0]
+            return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    raise AssertionError("the rotary mapping (rope:begin ... rope:end) is in no docs file")
+
+
+def test_mapping_examples_run():
+    blocks = _mapping_blocks()
+    assert len(blocks) >= 2
+    for i, code in enumerate(blocks):
+        if "freqs[:, block, head]" in code:  # a fragment naming timm's module: shown, not run
+            continue
+        exec(compile(code, f"coming-from rope block {i}", "exec"), {})
