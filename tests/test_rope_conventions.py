@@ -99,6 +99,16 @@ def test_cached_equals_apply_rope_on_widened_tables(numpy_backend):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
 
 
+@pytest.mark.parametrize("id_dtype", [np.uint8, np.int16, np.int32, np.int64])
+def test_cached_any_integer_id_dtype(backend, id_dtype):
+    x, cc, sc = _cached_case(19, shape=(3, 2, 8), half=4)
+    ids = np.array([[1], [19], [0]], dtype=id_dtype)
+    want = rotate_loop(x, cc[ids.astype(np.int64)], sc[ids.astype(np.int64)], "half")
+    got = arrpos.apply_rope_cached(backend.asarray(x), backend.asarray(cc), backend.asarray(sc),
+                                   backend.asarray(ids))
+    np.testing.assert_allclose(backend.to_numpy(got), want, rtol=0, atol=_tol(backend, 10))
+
+
 def test_cached_inverse_undoes_and_dtype_follows_x(backend):
     inv, _ = arrpos.rope_frequencies(8, xp=backend.module,
                                      dtype=backend.xp.float64 if backend.float64 else None)

@@ -370,7 +370,10 @@ def rope_cos_sin_mixed(positions, inv_freq, *, layout, attention_factor, dtype, 
 
 def _gather_rows(cache, ids, xp):
     """``cache[ids]`` for an integer array ``ids`` of any shape: ``ids.shape + (F,)``."""
-    rows = xp.take(cache, xp.reshape(ids, (-1,)), axis=0)
+    flat = xp.reshape(ids, (-1,))
+    if flat.dtype != xp.int32 and flat.dtype != xp.int64:  # torch takes only these two
+        flat = xp.astype(flat, xp.int32)  # the caller checked 0 <= id < rows
+    rows = xp.take(cache, flat, axis=0)
     return xp.reshape(rows, tuple(ids.shape) + (cache.shape[-1],))
 
 
