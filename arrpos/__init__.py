@@ -10,13 +10,19 @@ from ._rope import (
     LinearScaling,
     Llama3Scaling,
     LongRopeScaling,
+    NTKScaling,
     ProportionalScaling,
     RoPE,
     YarnScaling,
     apply_rope,
+    apply_rope_cached,
+    apply_rope_qk,
     mrope_axes,
+    period_frequencies,
+    pixel_frequencies,
     rope_cos_sin,
     rope_frequencies,
+    xpos_scale,
 )
 from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_bias_from_positions, alibi_slopes
 from ._attention import PositionProperties, attention, properties, similarity
@@ -58,6 +64,12 @@ __all__ = sorted(
         "mrope_axes",
         "rope_cos_sin",
         "rope_frequencies",
+        "NTKScaling",
+        "apply_rope_cached",
+        "apply_rope_qk",
+        "period_frequencies",
+        "pixel_frequencies",
+        "xpos_scale",
         # alibi
         "alibi_bias",
         "alibi_bias_from_mask",

@@ -17,7 +17,6 @@ from ._lib import (
     as_positions,
     check_choice,
     check_dtype_arg,
-    check_even_dim,
     check_finite_range,
     check_positive_int,
     check_real_array,

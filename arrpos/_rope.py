@@ -7,7 +7,10 @@ bundles all of it, built by hand or from a transformers ``config.json``.
 """
 from __future__ import annotations
 
+import functools
+import math
 import numbers
+from decimal import Decimal, localcontext
 
 import numpy as np
 
@@ -33,6 +36,7 @@ from ._rope_scaling import (
     LinearScaling,
     Llama3Scaling,
     LongRopeScaling,
+    NTKScaling,
     ProportionalScaling,
     RopeScaling,
     YarnScaling,
@@ -44,13 +48,19 @@ __all__ = [
     "LinearScaling",
     "Llama3Scaling",
     "LongRopeScaling",
+    "NTKScaling",
     "ProportionalScaling",
     "RoPE",
     "YarnScaling",
     "apply_rope",
+    "apply_rope_cached",
+    "apply_rope_qk",
     "mrope_axes",
+    "period_frequencies",
+    "pixel_frequencies",
     "rope_cos_sin",
     "rope_frequencies",
+    "xpos_scale",
 ]
 
 _LAYOUTS = ("half", "interleaved")
@@ -59,8 +69,9 @@ _LAYOUTS = ("half", "interleaved")
 def _check_scaling(scaling):
     if scaling is not None and not isinstance(scaling, RopeScaling):
         raise TypeError(
-            "scaling must be None or one of LinearScaling, DynamicNTKScaling, YarnScaling, "
-            f"LongRopeScaling, Llama3Scaling, ProportionalScaling; got {type(scaling).__name__}"
+            "scaling must be None or one of LinearScaling, DynamicNTKScaling, NTKScaling, "
+            "YarnScaling, LongRopeScaling, Llama3Scaling, ProportionalScaling; got "
+            f"{type(scaling).__name__}"
         )
     return scaling
 
@@ -81,9 +92,9 @@ def rope_frequencies(dim, /, *, base=10000.0, scaling=None, seq_len=None, dtype=
     base : float, optional
         ``rope_theta``.
     scaling : RopeScaling, optional
-        :class:`LinearScaling`, :class:`DynamicNTKScaling`, :class:`YarnScaling`,
-        :class:`LongRopeScaling`, :class:`Llama3Scaling` or :class:`ProportionalScaling`;
-        None for the original RoPE.
+        :class:`LinearScaling`, :class:`DynamicNTKScaling`, :class:`NTKScaling`,
+        :class:`YarnScaling`, :class:`LongRopeScaling`, :class:`Llama3Scaling` or
+        :class:`ProportionalScaling`; None for the original RoPE.
     seq_len : int, optional
         Current sequence length (largest position + 1); only the dynamic NTK and LongRoPE
         scalings read it. None behaves as transformers at initialisation.
@@ -146,6 +157,120 @@ def _host_frequencies(dim, base, scaling, seq_len):
     return np.array(inv, dtype=np.float64), att
 
 
+def pixel_frequencies(dim, /, *, max_freq=10.0, dtype=None, device=None, xp=None):
+    """Rotary frequencies for coordinates in ``[-1, 1]`` (rotary-embedding-torch ``"pixel"``).
+
+    ``linspace(1, max_freq / 2, dim // 2) * pi``: the lowest frequency turns half a circle over
+    the unit coordinate, the highest ``max_freq / 4`` circles. Pass the result to
+    :func:`rope_cos_sin` with coordinates from ``grid_coords(..., mode="linspace")``.
+
+    Parameters
+    ----------
+    dim : int
+        Rotary width (even) of one coordinate axis.
+    max_freq : float, optional
+        rotary-embedding-torch's ``max_freq`` (> 0).
+    dtype : dtype, optional
+        Real floating dtype (default: the namespace's default float on ``device``).
+    device : device, optional
+        Where to create the array (default: the namespace default).
+    xp : namespace, optional
+        Array namespace of the result (default NumPy).
+
+    Returns
+    -------
+    array
+        Shape ``(dim // 2,)``.
+
+    Raises
+    ------
+    TypeError
+        ``dim`` not an int, ``dtype`` not real floating.
+    ValueError
+        ``dim`` odd or < 2, ``max_freq`` not finite and positive.
+
+    Notes
+    -----
+    rotary-embedding-torch builds the same numbers with ``torch.linspace`` in the default
+    float dtype (float32); here they are formed in float64 and rounded once to ``dtype``.
+    Backend support: computed on the host, placed with ``xp.asarray``.
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> (arrpos.pixel_frequencies(6, max_freq=10.0) / 3.141592653589793).tolist()
+    [1.0, 3.0, 5.0]
+    """
+    xp = array_namespace(xp=xp)
+    dim = check_even_dim(dim, "dim")
+    max_freq = check_real_scalar(max_freq, "max_freq", positive=True)
+    dtype = output_dtype(xp, None, dtype, device=device)
+    freqs = np.linspace(1.0, max_freq / 2, dim // 2, dtype=np.float64) * np.pi
+    return xp.asarray(freqs, dtype=dtype, device=device)
+
+
+def period_frequencies(dim, /, *, min_period, max_period, dtype=None, device=None, xp=None):
+    """Rotary frequencies ``2 pi / period`` with periods geometric from ``min_period`` to
+    ``max_period`` (DINOv3's ``min_period``/``max_period`` schedule).
+
+    ``period_j = min_period * (max_period / min_period) ** (j / (n - 1))`` for
+    ``j = 0 .. n - 1``, ``n = dim // 2``, both ends included (``n = 1``: ``min_period``).
+
+    Parameters
+    ----------
+    dim : int
+        Rotary width (even) of one coordinate axis. DINOv3 gives each of its two axes half
+        the head: ``period_frequencies(head_dim // 2, ...)`` has its ``head_dim // 4`` periods.
+    min_period, max_period : float
+        Shortest and longest period, in coordinate units (``0 < min_period <= max_period``).
+    dtype : dtype, optional
+        Real floating dtype (default: the namespace's default float on ``device``).
+    device : device, optional
+        Where to create the array (default: the namespace default).
+    xp : namespace, optional
+        Array namespace of the result (default NumPy).
+
+    Returns
+    -------
+    array
+        Shape ``(dim // 2,)``, decreasing from ``2 pi / min_period``.
+
+    Raises
+    ------
+    TypeError
+        ``dim`` not an int, a period not a real number, ``dtype`` not real floating.
+    ValueError
+        ``dim`` odd or < 2, a period not finite and positive, ``min_period > max_period``.
+
+    Notes
+    -----
+    DINOv3 forms the angle as ``2 pi * coord / period``; with these frequencies
+    :func:`rope_cos_sin` forms ``coord * (2 pi / period)`` exactly, the same angle to float64
+    rounding. Its ``base`` schedule (transformers' ``DINOv3ViTRopePositionEmbedding``) is
+    ``min_period=1``, ``max_period=base ** (2 * (n - 1) / dim)``.
+    Backend support: computed on the host in float64, placed with ``xp.asarray``.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> w = arrpos.period_frequencies(6, min_period=1.0, max_period=100.0)
+    >>> np.round(2 * np.pi / w, 10).tolist()
+    [1.0, 10.0, 100.0]
+    """
+    xp = array_namespace(xp=xp)
+    dim = check_even_dim(dim, "dim")
+    lo = check_real_scalar(min_period, "min_period", positive=True)
+    hi = check_real_scalar(max_period, "max_period", positive=True)
+    if lo > hi:
+        raise ValueError(f"min_period must be <= max_period, got min_period={lo}, "
+                         f"max_period={hi}")
+    dtype = output_dtype(xp, None, dtype, device=device)
+    n = dim // 2
+    exponents = np.arange(n, dtype=np.float64) / max(n - 1, 1)
+    periods = lo * (hi / lo) ** exponents
+    return xp.asarray(2 * np.pi / periods, dtype=dtype, device=device)
+
+
 def _check_array(xp, a, name):
     if not hasattr(a, "dtype") or not hasattr(a, "shape"):
         raise TypeError(f"{name} must be an array, got {type(a).__name__}")
@@ -172,6 +297,18 @@ def _check_axes(axes, n_freq, n_coords):
     return axes
 
 
+def _check_mixed(inv_freq, pos, axes):
+    """RoPE-Mixed: one row of ``inv_freq`` per coordinate of the positions' trailing axis."""
+    if axes is not None:
+        raise ValueError("axes cannot be combined with a 2-D inv_freq (RoPE-Mixed mixes every "
+                         "coordinate into every frequency)")
+    n = inv_freq.shape[0]
+    if pos.ndim < 1 or pos.shape[-1] != n:
+        raise ValueError(f"with inv_freq of shape {tuple(inv_freq.shape)} (RoPE-Mixed), "
+                         f"positions must have a trailing axis of {n} coordinates, got shape "
+                         f"{tuple(pos.shape)}")
+
+
 def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0, axes=None,
                  dtype=None):
     """The cos and sin tables of RoPE at ``positions``, full width in the layout of ``x``.
@@ -187,6 +324,10 @@ def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0,
         With ``axes``: shape ``P + (n_coords,)``, one coordinate per axis (t, h, w, ...).
     inv_freq : array
         Inverse frequencies, shape ``(F,)`` (:func:`rope_frequencies`, or a model's buffer).
+        A 2-D ``inv_freq`` of shape ``(n, F)`` is RoPE-Mixed (Heo et al. 2024; timm
+        ``RotaryEmbeddingMixed``, one head's frequencies): ``positions`` then has a trailing
+        axis of ``n`` coordinates and frequency ``i`` turns by
+        ``sum_a positions[..., a] * inv_freq[a, i]``.
     layout : {"half", "interleaved"}, optional
         Layout of the table (and of the ``x`` it will rotate).
     attention_factor : float, optional
@@ -207,16 +348,20 @@ def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0,
     ------
     TypeError
         Non-array ``inv_freq``, non-real arrays, arrays of different libraries, ``dtype`` not
-        real floating, ``axes`` not a sequence of ints.
+        real floating, ``axes`` not a sequence of ints, an int ``positions`` with a 2-D
+        ``inv_freq``.
     ValueError
-        ``inv_freq`` not 1-D or empty, unknown ``layout``, ``attention_factor <= 0``, non-finite
-        positions, ``axes`` of the wrong length or naming a coordinate that does not exist.
+        ``inv_freq`` not 1-D or 2-D or empty, unknown ``layout``, ``attention_factor <= 0``,
+        non-finite positions, ``axes`` of the wrong length or naming a coordinate that does not
+        exist, ``axes`` with a 2-D ``inv_freq``, positions whose trailing axis is not
+        ``inv_freq.shape[0]`` long with a 2-D ``inv_freq``.
 
     Notes
     -----
     Angles are formed exactly (float64 where the device has it, else an exact float32 split),
     so a float32 table is within 2e-7 of the exact one for the given ``inv_freq`` up to
-    position 2**24, on every backend (JAX without x64 included).
+    position 2**24, on every backend (JAX without x64 included). RoPE-Mixed reduces each
+    product ``positions[..., a] * inv_freq[a, i]`` exactly before adding them.
     Backend support: NumPy float32/float64 output takes the compiled kernel when it is built;
     every other namespace the generic Array API code.
 
@@ -232,9 +377,20 @@ def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0,
     >>> cos, sin = arrpos.rope_cos_sin(np.arange(3), inv, layout="interleaved")
     >>> np.round(sin[1], 4).tolist()
     [0.8415, 0.8415, 0.0998, 0.0998]
+
+    RoPE-Mixed: two coordinates, each mixed into both frequencies.
+
+    >>> mixed = np.array([[1.0, 0.5], [0.25, 2.0]])       # (n_coords, F)
+    >>> xy = np.array([[2.0, 4.0]])                       # one token at (2, 4)
+    >>> cos, sin = arrpos.rope_cos_sin(xy, mixed, layout="interleaved")
+    >>> np.allclose(sin[0], np.sin(np.repeat([2 * 1.0 + 4 * 0.25, 2 * 0.5 + 4 * 2.0], 2)))
+    True
     """
     xp, pos, inv_freq, layout, attention_factor, axes, dtype = _table_args(
         positions, inv_freq, layout, attention_factor, axes, dtype)
+    if inv_freq.ndim == 2:  # RoPE-Mixed
+        return _dispatch.call("rope_cos_sin_mixed", xp, pos, inv_freq, arrays=(pos, inv_freq),
+                              layout=layout, attention_factor=attention_factor, dtype=dtype)
     return _dispatch.call("rope_cos_sin", xp, pos, inv_freq, arrays=(pos, inv_freq),
                           layout=layout, attention_factor=attention_factor, axes=axes,
                           dtype=dtype)
@@ -245,15 +401,21 @@ def _table_args(positions, inv_freq, layout, attention_factor, axes, dtype):
     xp = array_namespace(positions, inv_freq, name="positions and inv_freq")
     _check_array(xp, inv_freq, "inv_freq")
     check_real_array(xp, inv_freq, "inv_freq")
-    if inv_freq.ndim != 1 or inv_freq.shape[0] < 1:
-        raise ValueError(f"inv_freq must have shape (F,) with F >= 1, got shape "
-                         f"{tuple(inv_freq.shape)}")
+    if inv_freq.ndim not in (1, 2) or 0 in tuple(inv_freq.shape):
+        raise ValueError(f"inv_freq must have shape (F,) or (n_coords, F) (RoPE-Mixed) with "
+                         f"F >= 1, got shape {tuple(inv_freq.shape)}")
     # an int length is made beside inv_freq; an array's device is its own (None under jit)
     pos = as_positions(xp, positions, "positions",
                        device=device_of(inv_freq) if isinstance(positions, int) else None)
     layout = check_choice(layout, "layout", _LAYOUTS)
     attention_factor = check_real_scalar(attention_factor, "attention_factor", positive=True)
-    axes = _check_axes(axes, inv_freq.shape[0], pos.shape[-1] if pos.ndim else None)
+    if inv_freq.ndim == 2:
+        if not hasattr(positions, "shape"):
+            raise TypeError("with a 2-D inv_freq (RoPE-Mixed), positions must be an array of "
+                            f"coordinates, got {type(positions).__name__}")
+        _check_mixed(inv_freq, pos, axes)
+    else:
+        axes = _check_axes(axes, inv_freq.shape[0], pos.shape[-1] if pos.ndim else None)
     check_dtype_arg(xp, dtype, device=device_of(pos))
     if dtype is None:
         ref = inv_freq
@@ -341,16 +503,15 @@ def _broadcastable_into(small, big):
 _VALIDATED: set = set()
 
 
-def _check_apply_args(xp, x, cos, sin, layout, inverse, out):
-    """The argument checks of :func:`apply_rope` (raises; returns nothing)."""
-    for name, a in (("x", x), ("cos", cos), ("sin", sin)):
+def _check_apply_args(xp, x, cos, sin, layout, inverse, out, *, x_name="x", out_name="out"):
+    """The argument checks of :func:`apply_rope` (raises; returns nothing); ``x_name`` and
+    ``out_name`` are the names the messages use (``q``/``k`` for :func:`apply_rope_qk`)."""
+    for name, a in ((x_name, x), ("cos", cos), ("sin", sin)):
         _check_array(xp, a, name)
         check_real_array(xp, a, name, integer_ok=False)
-    check_choice(layout, "layout", _LAYOUTS)
-    if not isinstance(inverse, bool):
-        raise TypeError(f"inverse must be a bool, got {type(inverse).__name__} {inverse!r}")
+    _check_layout_inverse(layout, inverse)
     if x.ndim < 1:
-        raise ValueError("x must have shape (..., dim), got a 0-d array")
+        raise ValueError(f"{x_name} must have shape (..., dim), got a 0-d array")
     if tuple(cos.shape) != tuple(sin.shape):
         raise ValueError(f"cos and sin must have the same shape, got {tuple(cos.shape)} and "
                          f"{tuple(sin.shape)}")
@@ -360,22 +521,58 @@ def _check_apply_args(xp, x, cos, sin, layout, inverse, out):
     if r < 2 or r % 2:
         raise ValueError(f"cos.shape[-1] (the rotary width) must be even and >= 2, got {r}")
     if r > d:
-        raise ValueError(f"cos.shape[-1] = {r} is wider than x (x.shape[-1] = {d}); the "
-                         "rotary width must be <= the head dim")
+        raise ValueError(f"cos.shape[-1] = {r} is wider than {x_name} ({x_name}.shape[-1] = "
+                         f"{d}); the rotary width must be <= the head dim")
     if not _broadcastable_into(tuple(cos.shape[:-1]), tuple(x.shape[:-1])):
         raise ValueError(
-            f"cos/sin of shape {tuple(cos.shape)} do not broadcast to x[..., :{r}] of shape "
-            f"{tuple(x.shape[:-1]) + (r,)}; insert the heads axis (e.g. cos[:, :, None, :] for "
-            "x of shape (batch, seq, heads, dim))"
+            f"cos/sin of shape {tuple(cos.shape)} do not broadcast to {x_name}[..., :{r}] of "
+            f"shape {tuple(x.shape[:-1]) + (r,)}; insert the heads axis (e.g. "
+            f"cos[:, :, None, :] for {x_name} of shape (batch, seq, heads, dim))"
         )
-    if out is not None:
-        _check_array(xp, out, "out")
-        if not is_writeable(out):
-            raise TypeError("out= needs a mutable array; this library's arrays are immutable "
-                            "(JAX): use the return value (under jit, XLA reuses the buffer)")
-        if tuple(out.shape) != tuple(x.shape) or out.dtype != x.dtype:
-            raise ValueError(f"out must have x's shape {tuple(x.shape)} and dtype {x.dtype}, got "
-                             f"shape {tuple(out.shape)} and dtype {out.dtype}")
+    _check_out(xp, x, out, x_name, out_name)
+
+
+def _check_layout_inverse(layout, inverse):
+    check_choice(layout, "layout", _LAYOUTS)
+    if not isinstance(inverse, bool):
+        raise TypeError(f"inverse must be a bool, got {type(inverse).__name__} {inverse!r}")
+
+
+def _check_out(xp, x, out, x_name="x", out_name="out"):
+    """``out``: None, or a mutable array of ``x``'s shape and dtype."""
+    if out is None:
+        return
+    _check_array(xp, out, out_name)
+    if not is_writeable(out):
+        raise TypeError(f"{out_name}= needs a mutable array; this library's arrays are "
+                        "immutable (JAX): use the return value (under jit, XLA reuses the buffer)")
+    if tuple(out.shape) != tuple(x.shape) or out.dtype != x.dtype:
+        raise ValueError(f"{out_name} must have {x_name}'s shape {tuple(x.shape)} and dtype "
+                         f"{x.dtype}, got shape {tuple(out.shape)} and dtype {out.dtype}")
+
+
+def _signature(*arrays):
+    """What the memoised checks depend on: the shapes and dtypes (None stays None)."""
+    return tuple(None if a is None else (a.shape, a.dtype) for a in arrays)
+
+
+def _bool_key(flag):
+    """``flag`` in a memo key, where ``1 == True`` must not pass for a bool."""
+    return flag if type(flag) is bool else object()
+
+
+def _memo_check(key_parts, check):
+    """Run ``check()`` unless the same signature passed before (a decoder repeats one per
+    layer and step); unhashable or non-array arguments are always checked."""
+    try:
+        key = key_parts()
+        known = key in _VALIDATED
+    except (AttributeError, TypeError):
+        key, known = None, False
+    if not known:
+        check()
+        if key is not None and len(_VALIDATED) < 4096:
+            _VALIDATED.add(key)
 
 
 def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
@@ -437,21 +634,305 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
     True
     """
     xp = array_namespace(x, cos, sin, out, name="x, cos, sin and out")
-    # Everything checked below depends only on this signature; a decoder calls apply_rope with
-    # the same one at every layer and step, so each is validated once.
-    try:
-        key = (id(xp), x.shape, x.dtype, cos.shape, cos.dtype, sin.shape, sin.dtype, layout,
-               inverse if type(inverse) is bool else object(),  # 1 == True must still fail
-               None if out is None else (out.shape, out.dtype))
-        known = key in _VALIDATED
-    except (AttributeError, TypeError):  # not arrays, or unhashable shapes/dtypes: check fully
-        key, known = None, False
-    if not known:
-        _check_apply_args(xp, x, cos, sin, layout, inverse, out)
-        if key is not None and len(_VALIDATED) < 4096:
-            _VALIDATED.add(key)
+    # Everything checked depends only on this signature: each is validated once.
+    _memo_check(lambda: ("apply_rope", id(xp), _signature(x, cos, sin, out), layout,
+                         _bool_key(inverse)),
+                lambda: _check_apply_args(xp, x, cos, sin, layout, inverse, out))
     return _dispatch.call("apply_rope", xp, x, cos, sin, arrays=(x, cos, sin, out),
                           layout=layout, inverse=inverse, out=out)
+
+
+def _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout, inverse, out):
+    """The shape and kind checks of :func:`apply_rope_cached` (values are checked apart)."""
+    for name, a in (("x", x), ("cos_cache", cos_cache), ("sin_cache", sin_cache)):
+        _check_array(xp, a, name)
+        check_real_array(xp, a, name, integer_ok=False)
+    _check_array(xp, position_ids, "position_ids")
+    check_real_array(xp, position_ids, "position_ids", float_ok=False)
+    _check_layout_inverse(layout, inverse)
+    if x.ndim < 1:
+        raise ValueError("x must have shape (..., dim), got a 0-d array")
+    if tuple(cos_cache.shape) != tuple(sin_cache.shape):
+        raise ValueError(f"cos_cache and sin_cache must have the same shape, got "
+                         f"{tuple(cos_cache.shape)} and {tuple(sin_cache.shape)}")
+    if cos_cache.ndim != 2 or 0 in tuple(cos_cache.shape):
+        raise ValueError(f"cos_cache must have shape (max_positions, rotary_dim // 2) with both "
+                         f"> 0, got {tuple(cos_cache.shape)}")
+    r, d = 2 * cos_cache.shape[1], x.shape[-1]
+    if r > d:
+        raise ValueError(f"2 * cos_cache.shape[1] = {r} (the rotary width) is wider than x "
+                         f"(x.shape[-1] = {d}); the rotary width must be <= the head dim")
+    if not _broadcastable_into(tuple(position_ids.shape), tuple(x.shape[:-1])):
+        raise ValueError(
+            f"position_ids of shape {tuple(position_ids.shape)} do not broadcast to x.shape[:-1] "
+            f"= {tuple(x.shape[:-1])}; insert the heads axis (e.g. ids[:, :, None] for x of "
+            "shape (batch, seq, heads, dim), ids[:, None, :] for (batch, heads, seq, dim))"
+        )
+    _check_out(xp, x, out)
+
+
+def _check_ids_in_range(xp, position_ids, max_positions):
+    """Eager arrays only (reading a lazy one would compute it): ``0 <= id < max_positions``."""
+    if is_lazy(position_ids) or position_ids.size == 0:
+        return
+    if bool(xp.all((position_ids >= 0) & (position_ids < max_positions))):
+        return
+    lo, hi = int(xp.min(position_ids)), int(xp.max(position_ids))
+    bad = lo if lo < 0 else hi
+    raise ValueError(f"position_ids must be in [0, max_positions) = [0, {max_positions}) "
+                     f"(max_positions = cos_cache.shape[0]), got {bad}")
+
+
+def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half", inverse=False,
+                      out=None):
+    """Rotate ``x`` by half-width cos/sin caches gathered at ``position_ids`` (ONNX form).
+
+    Equal to ``apply_rope(x, full(cos_cache[position_ids]), full(sin_cache[position_ids]))``
+    where ``full`` widens a half-width table to ``layout`` (``[c | c]`` or each value twice),
+    without the caller gathering and widening: the form of ONNX ``RotaryEmbedding`` (opset 23)
+    and ONNX Runtime's ``com.microsoft.RotaryEmbedding``, and one call per decode step.
+
+    Parameters
+    ----------
+    x : array
+        Real floating, shape ``(..., D)``.
+    cos_cache, sin_cache : array
+        Real floating, shape ``(max_positions, R/2)`` with ``R <= D``: rows of
+        ``rope_cos_sin(arange(max_positions), inv_freq)[..., :R/2]`` or any caller-made cache.
+        Features ``R:`` of ``x`` pass through (partial rotary, ONNX ``rotary_embedding_dim``).
+    position_ids : array
+        Integer, broadcasting against ``x.shape[:-1]``: insert the heads axis yourself
+        (``(batch, seq, 1)`` for ``x`` ``(batch, seq, heads, D)``, ``(batch, 1, seq)`` for
+        ``(batch, heads, seq, D)``).
+    layout : {"half", "interleaved"}, optional
+        Pairs ``(x_i, x_{i+R/2})`` or ``(x_{2i}, x_{2i+1})`` (ONNX ``interleaved=1``).
+    inverse : bool, optional
+        Rotate back (``-sin``).
+    out : array, optional
+        Receives the result: ``x``'s shape and dtype; ``out=x`` rotates in place. Not for
+        immutable arrays (JAX).
+
+    Returns
+    -------
+    array
+        The rotated ``x`` (``out`` when given), of ``x``'s dtype, namespace and device.
+
+    Raises
+    ------
+    TypeError
+        Non-arrays, arrays of different libraries, non-floating ``x`` or caches, non-integer
+        ``position_ids``, ``inverse`` not a bool, ``out`` on JAX.
+    ValueError
+        Unknown ``layout``; caches of different shapes, not 2-D or empty; ``R`` wider than
+        ``x``; ``position_ids`` that do not broadcast to ``x.shape[:-1]``; ids outside
+        ``[0, max_positions)`` (eager arrays); ``out`` of the wrong shape or dtype.
+
+    Notes
+    -----
+    The arithmetic promotes ``x`` with the caches and rounds once to ``x.dtype``; the generic
+    code does the same operations as :func:`apply_rope` on the widened tables (a compiled
+    kernel may fuse multiply-adds: the last bit can differ). The shape checks run once per
+    argument signature; the id range is read on every call of an eager array (Dask arrays and
+    JAX tracers are not read: an id outside the cache is then clamped by the gather, as
+    ``take`` does on that backend).
+    Mapping from ONNX (``docs/coming-from-rope.md``): ONNX's 4-D input is
+    ``(batch, heads, seq, D)`` and its ids ``(batch, seq)``, so pass ``ids[:, None, :]``.
+    Backend support: the generic Array API code on every namespace.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> inv, _ = arrpos.rope_frequencies(8)
+    >>> cos, sin = arrpos.rope_cos_sin(64, inv)            # (64, 8), half layout
+    >>> cos_cache, sin_cache = cos[:, :4], sin[:, :4]      # ONNX's half-width caches
+    >>> x = np.ones((2, 3, 4, 8))                           # (batch, seq, heads, dim)
+    >>> ids = np.array([[0, 1, 2], [10, 11, 12]])          # (batch, seq)
+    >>> y = arrpos.apply_rope_cached(x, cos_cache, sin_cache, ids[:, :, None])
+    >>> ref = arrpos.apply_rope(x, cos[ids][:, :, None], sin[ids][:, :, None])
+    >>> bool(np.allclose(y, ref, rtol=0, atol=1e-15))
+    True
+    """
+    xp = array_namespace(x, cos_cache, sin_cache, position_ids, out,
+                         name="x, cos_cache, sin_cache, position_ids and out")
+    _memo_check(lambda: ("apply_rope_cached", id(xp),
+                         _signature(x, cos_cache, sin_cache, position_ids, out), layout,
+                         _bool_key(inverse)),
+                lambda: _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout,
+                                           inverse, out))
+    _check_ids_in_range(xp, position_ids, cos_cache.shape[0])
+    return _dispatch.call("apply_rope_cached", xp, x, cos_cache, sin_cache, position_ids,
+                          arrays=(x, cos_cache, sin_cache, position_ids, out),
+                          layout=layout, inverse=inverse, out=out)
+
+
+def _check_pair(out):
+    """``out`` of :func:`apply_rope_qk`: None or a pair ``(q_out, k_out)`` (each may be None)."""
+    if out is None:
+        return None, None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"out must be None or a pair (q_out, k_out), got "
+                        f"{type(out).__name__}")
+    return out[0], out[1]
+
+
+def apply_rope_qk(q, k, cos, sin, /, *, layout="half", inverse=False, out=None):
+    """Rotate queries and keys together: ``(apply_rope(q, cos, sin), apply_rope(k, cos, sin))``.
+
+    transformers' ``apply_rotary_pos_emb(q, k, cos, sin)`` in one call. ``q`` and ``k`` may
+    differ in their heads axis (grouped-query / multi-query attention) and in dtype; ``cos``
+    and ``sin`` must broadcast to both.
+
+    Parameters
+    ----------
+    q, k : array
+        Real floating, shape ``(..., D)`` each (e.g. ``(batch, heads, seq, D)`` and
+        ``(batch, kv_heads, seq, D)``).
+    cos, sin : array
+        Tables from :func:`rope_cos_sin`, ``(..., R)``, ``R`` even and ``<= D``, broadcasting to
+        ``q[..., :R]`` and ``k[..., :R]`` (``cos[:, None]`` for ``(batch, heads, seq, D)``).
+    layout : {"half", "interleaved"}, optional
+        As :func:`apply_rope`.
+    inverse : bool, optional
+        Rotate back.
+    out : pair of arrays, optional
+        ``(q_out, k_out)``, each like ``out`` of :func:`apply_rope` (``(q, k)`` rotates both in
+        place) or None for a new array. Not for immutable arrays (JAX).
+
+    Returns
+    -------
+    q_rot, k_rot : array
+        The rotated ``q`` and ``k``, each of its own input's dtype.
+
+    Raises
+    ------
+    TypeError
+        As :func:`apply_rope`, naming ``q`` or ``k``; ``out`` not a pair.
+    ValueError
+        As :func:`apply_rope`, naming ``q`` or ``k``.
+
+    Notes
+    -----
+    One validation (memoised per argument signature) and one dispatch for both tensors.
+    Backend support: as :func:`apply_rope` (NumPy float32/float64 take the compiled kernel when
+    a compiled twin is built; the generic code otherwise).
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> inv, _ = arrpos.rope_frequencies(8)
+    >>> cos, sin = arrpos.rope_cos_sin(np.arange(5), inv)
+    >>> q = np.ones((1, 4, 5, 8))                      # (batch, heads, seq, dim)
+    >>> k = np.ones((1, 2, 5, 8))                      # two kv heads (GQA)
+    >>> qr, kr = arrpos.apply_rope_qk(q, k, cos[None, None], sin[None, None])
+    >>> qr.shape, kr.shape
+    ((1, 4, 5, 8), (1, 2, 5, 8))
+    >>> bool(np.allclose(kr, arrpos.apply_rope(k, cos[None, None], sin[None, None])))
+    True
+    """
+    q_out, k_out = _check_pair(out)
+    xp = array_namespace(q, k, cos, sin, q_out, k_out, name="q, k, cos, sin and out")
+
+    def check():
+        _check_apply_args(xp, q, cos, sin, layout, inverse, q_out, out_name="out[0]",
+                          x_name="q")
+        _check_apply_args(xp, k, cos, sin, layout, inverse, k_out, out_name="out[1]",
+                          x_name="k")
+
+    _memo_check(lambda: ("apply_rope_qk", id(xp), _signature(q, k, cos, sin, q_out, k_out),
+                         layout, _bool_key(inverse)), check)
+    return _dispatch.call("apply_rope_qk", xp, q, k, cos, sin,
+                          arrays=(q, k, cos, sin, q_out, k_out), layout=layout,
+                          inverse=inverse, out=None if out is None else (q_out, k_out))
+
+
+@functools.lru_cache(maxsize=64)
+def _xpos_rates(dim: int, scale_base: float) -> np.ndarray:
+    """``ln(zeta_i) / scale_base``, ``zeta_i = (2i/dim + 0.4) / 1.4``, correctly rounded."""
+    with localcontext() as ctx:
+        ctx.prec = 40
+        rates = [((Decimal(2 * i) / dim + Decimal("0.4")) / Decimal("1.4")).ln()
+                 / Decimal(scale_base) for i in range(dim // 2)]
+    out = np.array([float(r) for r in rates], dtype=np.float64)
+    out.flags.writeable = False
+    return out
+
+
+def xpos_scale(positions, dim, /, *, scale_base=512.0, layout="half", dtype=None):
+    """The xPos scale (Sun et al. 2022): ``zeta_i ** (p / scale_base)``, full width.
+
+    ``zeta_i = (2i/dim + 0.4) / 1.4`` for ``i < dim/2``, laid out like the cos/sin tables
+    (``"half"``: ``[s | s]``, ``"interleaved"``: each twice). Queries use
+    ``apply_rope(q, cos * s, sin * s)`` and keys ``apply_rope(k, cos / s, sin / s)``, so the
+    score of a query at ``m`` and a key at ``n`` decays as ``zeta ** ((m - n) / scale_base)``.
+
+    Parameters
+    ----------
+    positions : int or array
+        An int ``n`` (positions ``0 .. n-1``) or an integer or real array of any shape ``P``,
+        used as given: centre them yourself (see Notes).
+    dim : int
+        Rotary width (even).
+    scale_base : float, optional
+        ``xpos_scale_base`` (rotary-embedding-torch), ``scale_base`` (x-transformers); > 0.
+    layout : {"half", "interleaved"}, optional
+        Layout of the table (rotary-embedding-torch and x-transformers use "interleaved").
+    dtype : dtype, optional
+        Real floating output dtype (default: that of real positions, else the namespace's
+        default float).
+
+    Returns
+    -------
+    array
+        Shape ``P + (dim,)``, in the namespace and on the device of ``positions``.
+
+    Raises
+    ------
+    TypeError
+        ``positions`` not an int or a real array, ``dim`` not an int, ``dtype`` not real
+        floating.
+    ValueError
+        ``dim`` odd or < 2, ``scale_base`` not finite and positive, unknown ``layout``,
+        non-finite positions, or (eager arrays) a position so far from 0 that the scale or its
+        reciprocal overflows ``dtype``: ``|p| * ln(1.4 / 0.4) / scale_base`` must stay below
+        ``ln(finfo(dtype).max)`` (``|p| < 36,000`` for float32 with ``scale_base=512``).
+
+    Notes
+    -----
+    The exponent ``p * ln(zeta_i) / scale_base`` is formed exactly (float64, or a float32 pair
+    where the device lacks float64), so the scale carries the error of one ``exp``.
+    Centring: rotary-embedding-torch's ``get_scale`` uses ``p - len(p) // 2`` and
+    x-transformers ``p - (max(p) + 1) // 2``: the same for ``p = arange(n)``; pass
+    ``positions - n // 2`` to reproduce them. rotary-embedding-torch's
+    ``rotate_queries_with_cached_keys`` centres the queries by their own length and the keys by
+    theirs, so a query and a key at the same position get different scales when
+    ``q_len != k_len``; centre both with the same offset instead.
+    Backend support: the generic Array API code on every namespace.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> s = arrpos.xpos_scale(np.array([-512.0, 0.0, 512.0]), 4)
+    >>> np.round(s, 6).tolist()                    # zeta = (0.4/1.4, 0.9/1.4), each twice
+    [[3.5, 1.555556, 3.5, 1.555556], [1.0, 1.0, 1.0, 1.0], [0.285714, 0.642857, 0.285714, 0.642857]]
+    """
+    xp = array_namespace(positions, name="positions")
+    pos = as_positions(xp, positions, "positions")
+    dim = check_even_dim(dim, "dim")
+    scale_base = check_real_scalar(scale_base, "scale_base", positive=True)
+    layout = check_choice(layout, "layout", _LAYOUTS)
+    dev = device_of(pos)
+    dtype = output_dtype(xp, pos, dtype, device=dev)
+    check_finite_range(xp, pos, "positions")
+    rates = _xpos_rates(dim, scale_base)
+    if not is_lazy(pos) and pos.size:
+        limit = math.log(float(xp.finfo(dtype).max)) / abs(float(rates[0]))
+        big = float(xp.max(xp.abs(pos)))
+        if big >= limit:
+            raise ValueError(f"positions must satisfy |positions| < {limit:.6g} for xpos_scale "
+                             f"in {dtype} with scale_base={scale_base} (the scale or its "
+                             f"reciprocal overflows past it), got {big}; centre the positions")
+    return _dispatch.call("xpos_scale", xp, pos, rates, arrays=(pos,), layout=layout,
+                          dtype=dtype)
 
 
 class RoPE:

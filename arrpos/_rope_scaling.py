@@ -411,3 +411,41 @@ class ProportionalScaling(RopeScaling):
         inv[:k] = _default_inv_freq(dim, base)[:k]
         return inv / self.factor, 1.0
 
+
+
+# --- static NTK-aware base rescaling (rotary-embedding-torch, x-transformers) ---------------
+
+
+@dataclasses.dataclass(frozen=True)
+class NTKScaling(RopeScaling):
+    """Static NTK-aware base rescaling (/u/bloc97): ``base' = base * factor ** (dim / (dim - 2))``.
+
+    rotary-embedding-torch ``RotaryEmbedding(theta_rescale_factor=factor)`` and x-transformers
+    ``RotaryEmbedding(base_rescale_factor=factor)``. Unlike :class:`DynamicNTKScaling` it does
+    not depend on ``seq_len``: the larger base applies at every length. transformers has no
+    ``rope_type`` for it (its ``"dynamic"`` is the sequence-dependent form).
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> arrpos.NTKScaling(4)
+    NTKScaling(factor=4.0)
+    >>> inv, _ = arrpos.rope_frequencies(4, base=100.0, scaling=arrpos.NTKScaling(4))
+    >>> inv.tolist()                                   # base' = 100 * 4 ** 2 = 1600
+    [1.0, 0.025]
+    """
+
+    factor: float
+    rope_type = "ntk"
+    depends_on_seq_len = False
+
+    def __post_init__(self):
+        self._set("factor", _factor(self.factor, "factor"))
+
+    def _inv_freq(self, dim, base, seq_len):
+        if dim < 4:
+            raise ValueError(f"dim must be >= 4 for NTKScaling (exponent dim/(dim-2)), got {dim}")
+        return _default_inv_freq(dim, base * self.factor ** (dim / (dim - 2))), 1.0
+
+
+__all__ += ["NTKScaling"]

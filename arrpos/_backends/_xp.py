@@ -84,15 +84,25 @@ def _sincos64(positions, w_hi, w_lo, xp, per_frequency):
     p = xp.astype(positions, xp.float64)
     if not per_frequency:
         p = p[..., None]
+    r = _reduced64(p, w_hi, w_lo, xp)
+    return xp.sin(r), xp.cos(r)
+
+
+def _reduced64(p, w_hi, w_lo, xp):
+    """``p * (w_hi + w_lo)`` reduced modulo 2*pi to [-pi, pi] (float64, right to a few 1e-16)."""
     p1, p2 = _split(p, _SPLIT64)
     w1, w2 = _split(w_hi, _SPLIT64)
     big = p1 * w1  # exact: 26 x 26 significant bits
     small = p1 * w2 + p2 * w1 + p2 * w2
     if w_lo is not None:
         small = small + p * w_lo
+    return _cody_waite(big, small, xp)
+
+
+def _cody_waite(big, small, xp):
+    """``big + small`` reduced modulo 2*pi: exact for the big part, ``small`` added after."""
     k = xp.round(big * _INV_2PI)
-    r = (((big - k * _C1) - k * _C2) - k * _C3) + (small - k * _C4)
-    return xp.sin(r), xp.cos(r)
+    return (((big - k * _C1) - k * _C2) - k * _C3) + (small - k * _C4)
 
 
 def _position_pieces32(positions, xp):
@@ -135,6 +145,12 @@ def _two_sum(a, b):
 
 
 def _sincos32(positions, w_hi, w_lo, xp, per_frequency):
+    s, e = _turns32(positions, w_hi, w_lo, xp, per_frequency)
+    return _finish32(s, e, xp)
+
+
+def _turns32(positions, w_hi, w_lo, xp, per_frequency):
+    """``p * w / (2 pi)`` modulo one turn as ``s + e`` (float32, ``e`` the compensation)."""
     ppieces = _position_pieces32(positions, xp)
     if not per_frequency:
         ppieces = [pp[..., None] for pp in ppieces]
@@ -150,7 +166,11 @@ def _sincos32(positions, w_hi, w_lo, xp, per_frequency):
                 s, err = _two_sum(s, x)
                 e = e + err
     p_full = sum(ppieces[1:], ppieces[0])
-    e = e + p_full * tail
+    return s, e + p_full * tail
+
+
+def _finish32(s, e, xp):
+    """sin and cos of ``s + e`` turns: an exact table at 1/256 turn plus a small-angle step."""
     s = s - xp.round(s)
     j = xp.round(s * float(_TURN_TABLE))
     u = (s - j / float(_TURN_TABLE)) + e  # |u| <= 1/512 turn: rounding here is ~1e-10 rad
@@ -292,6 +312,141 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
 
 
 __all__ += ["apply_rope", "rope_cos_sin", "rope_cos_sin_pair"]
+
+
+def sincos_mixed(positions, w_hi, w_lo=None, *, xp):
+    """``(sin, cos)`` of ``sum_a positions[..., a] * (w_hi[a] + w_lo[a])``, shape ``P + (F,)``.
+
+    RoPE-Mixed: ``positions`` ``P + (n,)``, frequencies ``(n, F)``. Each product is reduced
+    exactly (as in :func:`sincos`) before the ``n`` terms are added, so the angle is as exact as
+    a single product's.
+    """
+    n = w_hi.shape[0]
+    if w_hi.dtype == xp.float64:
+        p = xp.astype(positions, xp.float64)
+        r = None
+        for a in range(n):  # n is a static shape: jit-safe
+            lo = None if w_lo is None else w_lo[a, ...]
+            term = _reduced64(p[..., a, None], w_hi[a, ...], lo, xp)
+            r = term if r is None else r + term
+        return xp.sin(r), xp.cos(r)
+    s = e = None
+    for a in range(n):
+        lo = None if w_lo is None else w_lo[a, ...]
+        sa, ea = _turns32(positions[..., a], w_hi[a, ...], lo, xp, False)
+        if s is None:
+            s, e = sa, ea
+        else:
+            s, err = _two_sum(s, sa)
+            e = e + (ea + err)
+    return _finish32(s, e, xp)
+
+
+def _widen(c, layout, xp):
+    """A half-width table ``(..., F)`` to the full width of ``layout``: ``[c | c]`` or pairs."""
+    if layout == "half":
+        return xp.concat([c, c], axis=-1)
+    return xp.reshape(xp.stack([c, c], axis=-1), c.shape[:-1] + (2 * c.shape[-1],))
+
+
+def rope_cos_sin_mixed(positions, inv_freq, *, layout, attention_factor, dtype, xp, out=None):
+    """RoPE-Mixed tables ``(cos, sin)``, each ``P + (2F,)``, for ``inv_freq`` of shape ``(n, F)``
+    and ``positions`` ``P + (n,)``: the angle of frequency ``i`` is
+    ``sum_a positions[..., a] * inv_freq[a, i]``, formed exactly (:func:`sincos_mixed`)."""
+    work = xp.float64 if has_float64(xp, device_of(positions)) else xp.float32
+    s, c = sincos_mixed(positions, xp.astype(inv_freq, work), xp=xp)
+    if attention_factor != 1.0:
+        s = s * attention_factor
+        c = c * attention_factor
+    cos = _widen(xp.astype(c, dtype), layout, xp)
+    sin = _widen(xp.astype(s, dtype), layout, xp)
+    if out is not None:
+        out[0][...] = cos
+        out[1][...] = sin
+        return out
+    return cos, sin
+
+
+def _gather_rows(cache, ids, xp):
+    """``cache[ids]`` for an integer array ``ids`` of any shape: ``ids.shape + (F,)``."""
+    flat = xp.reshape(ids, (-1,))
+    if flat.dtype != xp.int32 and flat.dtype != xp.int64:  # torch takes only these two
+        flat = xp.astype(flat, xp.int32)  # the caller checked 0 <= id < rows
+    rows = xp.take(cache, flat, axis=0)
+    return xp.reshape(rows, tuple(ids.shape) + (cache.shape[-1],))
+
+
+def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
+    """:func:`apply_rope` with half-width tables gathered at ``position_ids`` (ONNX form).
+
+    ``cos_cache``/``sin_cache`` ``(max_positions, R/2)``; ``position_ids`` broadcasts against
+    ``x.shape[:-1]`` (validated by the caller). Each pair ``(x1, x2)`` becomes
+    ``(x1 c - x2 s, x2 c + x1 s)`` (``s -> -s`` when ``inverse``): the same operations as
+    :func:`apply_rope` on the widened tables, so the results are identical.
+    """
+    half = cos_cache.shape[-1]
+    r, d = 2 * half, x.shape[-1]
+    c = _gather_rows(cos_cache, position_ids, xp)
+    s = _gather_rows(sin_cache, position_ids, xp)
+    if inverse:
+        s = -s
+    if layout == "half":
+        x1, x2 = x[..., :half], x[..., half:r]
+    else:
+        x1, x2 = x[..., 0:r:2], x[..., 1:r:2]
+    y1 = x1 * c - x2 * s
+    y2 = x2 * c + x1 * s
+    if y1.dtype != x.dtype:
+        y1, y2 = xp.astype(y1, x.dtype), xp.astype(y2, x.dtype)
+    if layout == "half":
+        y = xp.concat([y1, y2], axis=-1)
+    else:
+        y = xp.reshape(xp.stack([y1, y2], axis=-1), y1.shape[:-1] + (r,))
+    if out is not None:
+        out[..., :r] = y
+        if r < d and out is not x:
+            out[..., r:] = x[..., r:]
+        return out
+    if r < d:
+        y = xp.concat([y, x[..., r:]], axis=-1)
+    return y
+
+
+def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
+    """``(apply_rope(q, cos, sin), apply_rope(k, cos, sin))``; ``out`` a pair or None."""
+    q_out, k_out = (None, None) if out is None else out
+    return (apply_rope(q, cos, sin, layout=layout, inverse=inverse, xp=xp, out=q_out),
+            apply_rope(k, cos, sin, layout=layout, inverse=inverse, xp=xp, out=k_out))
+
+
+def xpos_scale(positions, rate, *, layout, dtype, xp):
+    """``exp(p * rate_i)`` widened to ``layout``, shape ``P + (2F,)``; ``rate`` host float64
+    ``ln(zeta_i) / scale_base``. The exponent is exact to float64 (or to a float32 pair where
+    the device lacks float64), so the relative error is that of one ``exp``."""
+    dev = device_of(positions)
+    if has_float64(xp, dev):
+        p = xp.astype(positions, xp.float64)[..., None]
+        scale = xp.exp(p * xp.asarray(rate, dtype=xp.float64, device=dev))
+    else:
+        r_hi, r_lo = frequency_arrays(rate, None, xp=xp, device=dev)
+        r1, r2 = _split(r_hi, _SPLIT32)
+        s = e = None
+        for pp in _position_pieces32(positions, xp):
+            pp = pp[..., None]
+            for term in (pp * r1, pp * r2):  # exact: 12 x 12 bits
+                if s is None:
+                    s, e = term, xp.zeros_like(term)
+                else:
+                    s, err = _two_sum(s, term)
+                    e = e + err
+            e = e + pp * r_lo
+        scale = xp.exp(s)
+        scale = scale + scale * e
+    return _widen(xp.astype(scale, dtype), layout, xp)
+
+
+__all__ += ["apply_rope_cached", "apply_rope_qk", "rope_cos_sin_mixed", "sincos_mixed",
+            "xpos_scale"]
 
 
 def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
