@@ -276,6 +276,7 @@ def test_embedding_visualiser(browser, page_path):
         set_control(browser, "embedding-dimension", k)
         assert number(browser, "embedding-value") == pytest.approx(
             table[t5_bucket(k - q), 2], abs=TOL), (q, k)
+        assert shown(browser, "embedding-source").endswith(f"bucket {t5_bucket(k - q)}")
     choose(browser, "embedding-encoding", "learned-random")
     assert browser.find_element(_by_id(), "embedding-head").get_attribute("disabled")
     learned = np.asarray(data["tables"]["learned-random"]["values"])
