@@ -55,6 +55,8 @@ class ExploreSizes:
             if getattr(self, name) % 2:
                 raise ValueError(f"--{name.replace('_', '-')} must be even, got "
                                  f"{getattr(self, name)}")
+        if self.seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {self.seed}")
         if not (math.isfinite(self.base) and self.base > 1.0):
             raise ValueError(f"--base must be a finite number > 1, got {self.base}")
 

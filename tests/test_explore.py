@@ -56,6 +56,7 @@ def test_help_lists_the_options():
     (("--rope-positions", "65"), ("--rope-positions", "[2, 64]", "65")),
     (("--rope-dim", "5"), ("--rope-dim", "even")),
     (("--base", "nan"), ("--base", "nan")),
+    (("--seed", "-1"), ("--seed", ">= 0", "-1")),
 ])
 def test_bad_sizes_are_one_line_errors(tmp_path, args, words):
     res = run_cli("explore", *args, "-o", str(tmp_path / "p.html"))
