@@ -466,16 +466,17 @@ def _explore_parser(sub: Any) -> None:
     p.add_argument("--no-browser", action="store_true",
                    help="only print the path of the page written, do not open a browser")
     p.add_argument("--length", type=_positive, default=48,
-                   help="positions of the tables and biases, 3 .. 256 (default 48)")
-    p.add_argument("--dim", type=_positive, default=64, help="features of the tables, even (default 64)")
-    p.add_argument("--heads", type=_positive, default=4, help="heads of the ALiBi and T5 biases (default 4)")
+                   help="positions of the tables and biases, 3 .. 128 (default 48)")
+    p.add_argument("--dim", type=_positive, default=64, help="features of the tables, even, 2 .. 256 (default 64)")
+    p.add_argument("--heads", type=_positive, default=4, help="heads of the ALiBi and T5 biases, 1 .. 8 (default 4)")
     p.add_argument("--base", type=float, default=10000.0,
                    help="sinusoidal base and RoPE theta (default 1e4)")
     p.add_argument("--rope-dim", type=_positive, default=32,
-                   help="rotary width of the RoPE playground, even (default 32)")
+                   help="rotary width of the RoPE playground, even, 2 .. 256 "
+                        "(default 32)")
     p.add_argument("--rope-positions", type=_positive, default=48,
-                   help="query/key positions of the RoPE playground; shifts go up to as "
-                        "many (default 48)")
+                   help="query/key positions of the RoPE playground, 2 .. 64; shifts "
+                        "go up to as many (default 48)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random learned table, T5 table and q, k vectors "
                         "(default 0)")

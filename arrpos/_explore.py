@@ -44,8 +44,8 @@ class ExploreSizes:
 
     def check(self) -> None:
         """Raise ValueError naming the first size out of range."""
-        limits = {"length": (3, 256), "dim": (2, 512), "heads": (1, 16),
-                  "rope_dim": (2, 256), "rope_positions": (2, 128), "num_buckets": (2, 256),
+        limits = {"length": (3, 128), "dim": (2, 256), "heads": (1, 8),
+                  "rope_dim": (2, 256), "rope_positions": (2, 64), "num_buckets": (2, 256),
                   "max_distance": (1, 10**6)}
         for name, (lo, hi) in limits.items():
             value = getattr(self, name)
@@ -55,6 +55,8 @@ class ExploreSizes:
             if getattr(self, name) % 2:
                 raise ValueError(f"--{name.replace('_', '-')} must be even, got "
                                  f"{getattr(self, name)}")
+        if self.seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {self.seed}")
         if not (math.isfinite(self.base) and self.base > 1.0):
             raise ValueError(f"--base must be a finite number > 1, got {self.base}")
 

@@ -52,9 +52,11 @@ def test_help_lists_the_options():
 
 @pytest.mark.parametrize("args, words", [
     (("--dim", "7"), ("--dim", "even", "7")),
-    (("--length", "2"), ("--length", "[3, 256]", "2")),
+    (("--length", "2"), ("--length", "[3, 128]", "2")),
+    (("--rope-positions", "65"), ("--rope-positions", "[2, 64]", "65")),
     (("--rope-dim", "5"), ("--rope-dim", "even")),
     (("--base", "nan"), ("--base", "nan")),
+    (("--seed", "-1"), ("--seed", ">= 0", "-1")),
 ])
 def test_bad_sizes_are_one_line_errors(tmp_path, args, words):
     res = run_cli("explore", *args, "-o", str(tmp_path / "p.html"))
@@ -64,6 +66,12 @@ def test_bad_sizes_are_one_line_errors(tmp_path, args, words):
     for w in words:
         assert w in lines[0], (w, lines[0])
     assert not (tmp_path / "p.html").exists()
+
+
+def test_unwritable_output_is_a_one_line_error(tmp_path):
+    res = run_cli("explore", "--length", "8", "-o", str(tmp_path / "no-such-dir" / "p.html"))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "p.html" in res.stderr
 
 
 @pytest.fixture(scope="module")
@@ -269,6 +277,7 @@ def test_embedding_visualiser(browser, page_path):
         set_control(browser, "embedding-dimension", k)
         assert number(browser, "embedding-value") == pytest.approx(
             table[t5_bucket(k - q), 2], abs=TOL), (q, k)
+        assert shown(browser, "embedding-source").endswith(f"bucket {t5_bucket(k - q)}")
     choose(browser, "embedding-encoding", "learned-random")
     assert browser.find_element(_by_id(), "embedding-head").get_attribute("disabled")
     learned = np.asarray(data["tables"]["learned-random"]["values"])

@@ -225,6 +225,7 @@ function updateEmbedding() {
   $("embedding-value").textContent = fmt(M[i][j]);
   let src = SOURCES[name] || name;
   if (name === "alibi") src += `, slope ${fmt(t.slopes[head], 4)}`;
+  if (name === "t5") src += `, bucket ${t.bucket[i][j]}`;
   $("embedding-source").textContent = src;
   heatmap($("embedding-heatmap"), M, { marks: [[i, j]], xlabel: bias ? "key" : "feature",
                                        ylabel: bias ? "query" : "position" });
