@@ -3,7 +3,7 @@
 Each scaling is an immutable value object: equal by value, hashable, with a readable repr, its
 parameters checked when it is made. ``_inv_freq(dim, base, seq_len)`` returns the float64
 frequencies of a rotary width ``dim`` and the attention factor, by the formulas of
-transformers' ``ROPE_INIT_FUNCTIONS`` (shared/REFERENCE.md lists them with their traps).
+transformers' ``ROPE_INIT_FUNCTIONS`` (docs/reference.md lists them with their traps).
 The unscaled frequencies ``base ** (-2i / dim)`` are correctly rounded (``arrpos._exact``).
 """
 from __future__ import annotations
