@@ -18,6 +18,7 @@ from ._rope import (
     rope_cos_sin,
     rope_frequencies,
 )
+from ._rope_scaling import AxialScaling
 from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_slopes
 from ._attention import PositionProperties, attention, properties, similarity
 from ._conv import conv_positional, conv_positional_2d
@@ -45,6 +46,7 @@ __all__ = sorted(
         "sinusoidal_nd",
         "timestep_embedding",
         # rotary
+        "AxialScaling",
         "DynamicNTKScaling",
         "LinearScaling",
         "Llama3Scaling",
