@@ -50,6 +50,7 @@ _MROPE = {
     **dict.fromkeys(("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen4_exp",
                      "qwen4_exp_text"), ((11, 11, 10), "interleaved")),
     **dict.fromkeys(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"), ((22, 22, 20), "ernie")),
+    "neomme": ((), "alternating"),  # NeoMME: even frequencies turn with rows, odd with columns
 }
 
 # rope_type "axial" vision towers: model type -> (AxialScaling arrangement, the coordinate of
@@ -79,6 +80,8 @@ _MEMORY_ATTENTION = frozenset({"sam2_video", "edgetam_video", "sam3_tracker_vide
 # model type -> what its modeling file does that a RoPE cannot (refused, never approximated)
 _PATCH_GRID = ("a vision rotary driven by patch coordinates that the vision model computes "
                "(build it with rope_cos_sin(positions, inv_freq, axes=...))")
+_HUNYUAN = ("multimodal sections cut from the doubled table (cos[i] and cos[i + d/2] may turn "
+            "with different axes)")
 _UNSUPPORTED = {
     "gemma4_vision": "an axial rotary whose h and w halves each rotate half-wise (two tables "
                      "side by side)",
@@ -89,11 +92,8 @@ _UNSUPPORTED = {
     "efficientloftr": _PATCH_GRID,
     "esmfold2": "a 3-D rotary over atom coordinates",
     "musicflamingo": "a rotary time embedding modulated by absolute timestamps",
-    "neomme": "a two-axis multimodal rotary whose sections follow the layer's head size",
-    "hunyuan_vl": "multimodal axes set by the input (xdrope)",
-    "hunyuan_vl_text": "multimodal axes set by the input (xdrope)",
-    "qwen2_5_omni_dit": "the DiT's rotary over mel-frame sections",
-    "qwen2_5_omni_token2wav": "the DiT's rotary over mel-frame sections",
+    "hunyuan_vl": _HUNYUAN,
+    "hunyuan_vl_text": _HUNYUAN,
 }
 
 # Moonshine's num_attention_heads is its decoder's (transformers' attribute_map)
@@ -218,6 +218,8 @@ def _axes(rp, model_type, n_freq):
             return coords * per_axis
         return tuple(c for c in coords for _ in range(per_axis))
     default, arrangement = _MROPE.get(model_type, (None, "chunked"))
+    if arrangement == "alternating":
+        return tuple(i % 2 for i in range(n_freq))
     sections = rp.get("mrope_section") or default
     if not sections:
         return None

@@ -18,6 +18,7 @@ import inspect
 import io
 import logging
 import os
+import re
 import sys
 import warnings
 
@@ -31,7 +32,7 @@ N_POS = 12          # dummy positions per sequence, all < MAX_POS
 MAX_POS = 64
 ATOL = 2e-5         # transformers forms float32 angles: ~|p| * 2**-24 rad at p < 64
 PINNED = "5.23."  # the transformers release MIN_PASSING was counted on
-MIN_PASSING = 278  # the pass count on transformers 5.23 (of 298 rotary types): no regressions
+MIN_PASSING = 281  # the pass count on transformers 5.23 (of 298 rotary types): no regressions
 REFUSALS = (ValueError, NotImplementedError)
 
 
@@ -47,8 +48,6 @@ def _transformers():
 
 def model_types():
     """Every model type whose modeling file defines a ``*RotaryEmbedding`` class."""
-    import re
-
     _, transformers, ca = _transformers()
     root = os.path.join(os.path.dirname(transformers.__file__), "models")
     out = []
@@ -95,20 +94,27 @@ def _rotary_classes(module):
             and issubclass(obj, torch.nn.Module)]
 
 
+def _config_annotation(cls):
+    ann = inspect.signature(cls.__init__).parameters["config"].annotation
+    return ann if isinstance(ann, str) else getattr(ann, "__name__", "")
+
+
 def _takes_config(cls):
     params = list(inspect.signature(cls.__init__).parameters)
     return len(params) >= 2 and params[1] == "config"
 
 
-def _is_mrope(cls, module, config):
+def _mrope_axes(cls, config):
+    """How many position rows transformers' rotary takes (1 when it is not multimodal)."""
     rp = getattr(config, "rope_parameters", None) or {}
     if isinstance(rp, dict) and rp.get("mrope_section"):
-        return True
+        return len(rp["mrope_section"])
     try:
         src = inspect.getsource(cls)
     except (OSError, TypeError):
-        return False
-    return "mrope" in src
+        return 1
+    expand = re.search(r"position_ids\.expand\((\d+)", src)
+    return int(expand.group(1)) if expand else 3 if "mrope" in src else 1
 
 
 def _layer_types(config):
@@ -124,14 +130,14 @@ def _is_axial(config):
     return isinstance(rp, dict) and rp.get("rope_type") == "axial"
 
 
-def _positions(mrope, seed, n_axes=0):
+def _positions(rows, seed, n_axes=0):
     """(transformers' position ids, arrpos's positions)."""
     rng = np.random.default_rng(seed)
     if n_axes:  # axial vision: (seq, n_axes) patch coordinates
         coords = rng.integers(0, 16, size=(N_POS, n_axes))
         return coords, coords[None]
-    if mrope:
-        pos = rng.integers(0, MAX_POS, size=(3, 1, N_POS))
+    if rows > 1:  # multimodal: one row of positions per axis
+        pos = rng.integers(0, MAX_POS, size=(rows, 1, N_POS))
         return pos, np.moveaxis(pos, 0, -1)
     pos = rng.integers(0, MAX_POS, size=(1, N_POS))
     pos[0, :4] = [0, 1, 2, MAX_POS - 1]
@@ -222,7 +228,7 @@ def _compare(name, rope, cos, sin, q_hf, q, pos_ar, permuted):
     """None if arrpos reproduces transformers, else what differs."""
     cos = cos.double().numpy()
     sin = sin.double().numpy()
-    if cos.ndim == 4 and pos_ar.ndim == 3:  # (3, batch, seq, D): mrope's per-axis tables
+    if cos.ndim == 4 and pos_ar.ndim == 3:  # (axes, batch, seq, D): mrope's per-axis tables
         cos = sin = None
     if cos is not None:
         cos = cos.reshape((-1,) + cos.shape[-2:])[:1]
@@ -260,7 +266,8 @@ def _cases(model_type):
     classes = [c for c in _rotary_classes(module) if _takes_config(c)]
     out = []
     for path, sub in _configs(config):
-        for cls in classes:
+        # the class annotated with this config's class first (a file may hold several)
+        for cls in sorted(classes, key=lambda c: _config_annotation(c) != type(sub).__name__):
             for lt in _layer_types(sub):
                 try:
                     with _quiet():
@@ -305,7 +312,7 @@ def _check_case(i, label, config, sub, emb, lt, model_type):
         return "mismatch", f"{name}: unclear {type(e).__name__}: {e}"
     module = _modeling(model_type)
     n_axes = max(rope.axes) + 1 if _is_axial(sub) and rope.axes else 0
-    pos, pos_ar = _positions(_is_mrope(type(emb), module, sub), i, n_axes)
+    pos, pos_ar = _positions(_mrope_axes(type(emb), sub), i, n_axes)
     try:
         with _quiet():
             try:
