@@ -61,7 +61,8 @@ def _check_scaling(scaling):
     if scaling is not None and not isinstance(scaling, RopeScaling):
         raise TypeError(
             "scaling must be None or one of LinearScaling, DynamicNTKScaling, YarnScaling, "
-            f"LongRopeScaling, Llama3Scaling, ProportionalScaling; got {type(scaling).__name__}"
+            "LongRopeScaling, Llama3Scaling, ProportionalScaling, AxialScaling; got "
+            f"{type(scaling).__name__}"
         )
     return scaling
 
