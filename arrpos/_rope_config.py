@@ -3,9 +3,9 @@
 ``rope_from_config(RoPE, config, layer_type)`` is what ``RoPE.from_hf_config`` calls. The
 scaling is a lookup in ``_rope_scaling.SCALINGS`` (each scaling class builds itself from the
 config); this module reads the rest: the rotary width, the layout, the multimodal sections and
-the axes of vision towers. Config keys come
-first; what only the modeling file fixes is in the per-model-type tables below, read off the
-modeling files of transformers 5.23 and checked by ``tests/test_hf_families.py``. What arrpos
+the axes of vision towers. Config keys come first; what only the modeling file fixes is in the
+per-model-type tables below, read off the modeling files of transformers 5.23 and checked by
+``tests/test_hf_families.py``. What arrpos
 cannot reproduce exactly is refused with a ValueError or NotImplementedError naming the model
 type and the missing feature, never answered with a different RoPE.
 """
