@@ -5,9 +5,9 @@ scaling is a lookup in ``_rope_scaling.SCALINGS`` (each scaling class builds its
 config); this module reads the rest: the rotary width, the layout, the multimodal sections and
 the axes of vision towers. Config keys come first; what only the modeling file fixes is in the
 per-model-type tables below, read off the modeling files of transformers 5.23 and checked by
-``tests/test_hf_families.py``. What arrpos
-cannot reproduce exactly is refused with a ValueError or NotImplementedError naming the model
-type and the missing feature, never answered with a different RoPE.
+``tests/test_hf_families.py``. What arrpos cannot reproduce exactly is refused with a ValueError
+or NotImplementedError naming the model type and the missing feature, never answered with a
+different RoPE.
 """
 from __future__ import annotations
 
