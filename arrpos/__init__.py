@@ -24,6 +24,7 @@ from ._rope import (
     rope_frequencies,
     xpos_scale,
 )
+from ._rope_scaling import AxialScaling
 from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_bias_from_positions, alibi_slopes
 from ._attention import PositionProperties, attention, properties, similarity
 from ._conv import conv_positional, conv_positional_2d
@@ -53,6 +54,7 @@ __all__ = sorted(
         "sinusoidal_nd",
         "timestep_embedding",
         # rotary
+        "AxialScaling",
         "DynamicNTKScaling",
         "LinearScaling",
         "Llama3Scaling",

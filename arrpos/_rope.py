@@ -70,7 +70,7 @@ def _check_scaling(scaling):
     if scaling is not None and not isinstance(scaling, RopeScaling):
         raise TypeError(
             "scaling must be None or one of LinearScaling, DynamicNTKScaling, NTKScaling, "
-            "YarnScaling, LongRopeScaling, Llama3Scaling, ProportionalScaling; got "
+            "YarnScaling, LongRopeScaling, Llama3Scaling, ProportionalScaling, AxialScaling; got "
             f"{type(scaling).__name__}"
         )
     return scaling

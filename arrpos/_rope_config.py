@@ -1,18 +1,19 @@
 """Reading a transformers ``config.json`` into the arguments of :class:`arrpos.RoPE`.
 
-``rope_arguments(config, layer_type)`` is what ``RoPE.from_hf_config`` calls. The scaling is a
-lookup in ``_rope_scaling.SCALINGS`` (each scaling class builds itself from the config); this
-module reads the rest: the rotary width, the layout, the multimodal sections. Config keys come
-first; what only the modeling file fixes is in the per-model-type tables below, read off the
-modeling files of transformers 5.23 and checked by ``tests/test_hf_families.py``. What arrpos
-cannot reproduce exactly is refused with a ValueError or NotImplementedError naming the model
-type and the missing feature, never answered with a different RoPE.
+``rope_from_config(RoPE, config, layer_type)`` is what ``RoPE.from_hf_config`` calls. The
+scaling is a lookup in ``_rope_scaling.SCALINGS`` (each scaling class builds itself from the
+config); this module reads the rest: the rotary width, the layout, the multimodal sections and
+the axes of vision towers. Config keys come first; what only the modeling file fixes is in the
+per-model-type tables below, read off the modeling files of transformers 5.23 and checked by
+``tests/test_hf_families.py``. What arrpos cannot reproduce exactly is refused with a ValueError
+or NotImplementedError naming the model type and the missing feature, never answered with a
+different RoPE.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ._rope_scaling import SCALINGS
+from ._rope_scaling import SCALINGS, AxialScaling
 
 # rope_type values that mean "no scaling" ("mrope": Qwen2-VL's old name for default)
 _UNSCALED = ("default", "mrope")
@@ -50,12 +51,41 @@ _MROPE = {
     **dict.fromkeys(("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen4_exp",
                      "qwen4_exp_text"), ((11, 11, 10), "interleaved")),
     **dict.fromkeys(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"), ((22, 22, 20), "ernie")),
+    "neomme": ((), "alternating"),  # NeoMME: even frequencies turn with rows, odd with columns
 }
+
+# rope_type "axial" vision towers: model type -> (AxialScaling arrangement, the coordinate of
+# each block of frequencies, layout). Coordinates are (h, w) — (t, h, w) with three blocks —
+# as transformers' vision rotary takes them: position_ids[..., k].
+_QWEN_VISION = ("blocks", (0, 1), "half")
+_AXIAL = {
+    **dict.fromkeys((
+        "cohere_compass_vision", "dots3_note_vision_encoder", "ernie4_5_vl_moe_vision",
+        "exaone4_5_vision", "glm4v_vision", "glm4v_moe_vision", "glm5_next_vision",
+        "glm_ocr_vision", "lfm3_vl_vision", "mlcd_vision_model", "muse_glimmer_vision",
+        "muse_spark_vision", "paddleocr_vl_vision", "qwen2_vl_vision", "qwen2_5_vl_vision",
+        "qwen2_5_omni_vision_encoder", "qwen3_vl_vision", "qwen3_vl_moe_vision",
+        "qwen3_5_vision", "qwen3_5_moe_vision", "qwen3_omni_moe_vision_encoder",
+        "qwen4_exp_vision", "video_llama_3_vision"), _QWEN_VISION),
+    **dict.fromkeys(("sam2_video", "edgetam_video", "sam3_tracker_video", "sam3_vit_model"),
+                    ("blocks", (0, 1), "interleaved")),
+    "inkling2_vision": ("blocks", (1, 0), "interleaved"),
+    "step3p5_vision": ("blocks", (1, 0), "half"),
+    "kimi_k25_vision": ("pairs", (1, 0), "half"),
+    "pixtral": ("strided", (0, 1), "half"),
+    "minimax_m3_vl_vision": ("blocks", (0, 1, 2), "half"),
+}
+# SAM 2's memory attention: the rotary width is its own
+_MEMORY_ATTENTION = frozenset({"sam2_video", "edgetam_video", "sam3_tracker_video"})
 
 # model type -> what its modeling file does that a RoPE cannot (refused, never approximated)
 _PATCH_GRID = ("a vision rotary driven by patch coordinates that the vision model computes "
                "(build it with rope_cos_sin(positions, inv_freq, axes=...))")
+_HUNYUAN = ("multimodal sections cut from the doubled table (cos[i] and cos[i + d/2] may turn "
+            "with different axes)")
 _UNSUPPORTED = {
+    "gemma4_vision": "an axial rotary whose h and w halves each rotate half-wise (two tables "
+                     "side by side)",
     "nanochat": "a rotate_half with flipped signs (it rotates by -theta); use "
                 "RoPE.apply(..., inverse=True) on a RoPE built with the same parameters",
     "eomt_dinov3": _PATCH_GRID,
@@ -63,11 +93,8 @@ _UNSUPPORTED = {
     "efficientloftr": _PATCH_GRID,
     "esmfold2": "a 3-D rotary over atom coordinates",
     "musicflamingo": "a rotary time embedding modulated by absolute timestamps",
-    "neomme": "a two-axis multimodal rotary whose sections follow the layer's head size",
-    "hunyuan_vl": "multimodal axes set by the input (xdrope)",
-    "hunyuan_vl_text": "multimodal axes set by the input (xdrope)",
-    "qwen2_5_omni_dit": "the DiT's rotary over mel-frame sections",
-    "qwen2_5_omni_token2wav": "the DiT's rotary over mel-frame sections",
+    "hunyuan_vl": _HUNYUAN,
+    "hunyuan_vl_text": _HUNYUAN,
 }
 
 # Moonshine's num_attention_heads is its decoder's (transformers' attribute_map)
@@ -100,13 +127,15 @@ def _rope_parameters(config, layer_type):
     return rp
 
 
-def _scaling(rp, config):
+def _scaling(rp, config, model_type):
     rope_type = rp.get("rope_type", rp.get("type", "default"))
     if rope_type == "axial":
-        raise NotImplementedError(
-            "rope_type 'axial' (a 2-D vision rotary whose coordinates the vision model "
-            "builds from its patch grid) is not read from a config; build it with "
-            "rope_cos_sin(positions, inv_freq, axes=...)")
+        if model_type not in _AXIAL:
+            raise NotImplementedError(
+                "rope_type 'axial': how this vision model arranges its axes is not known to "
+                "arrpos; build it with RoPE(..., scaling=AxialScaling(...), axes=...)")
+        n_axes = len(_AXIAL[model_type][1])
+        return AxialScaling(n_axes, _AXIAL[model_type][0])
     if rope_type in _UNSCALED:
         return None
     if rope_type not in SCALINGS:
@@ -140,8 +169,15 @@ def _first(config, keys):
     return None
 
 
-def _head_dim(config):
+def _head_dim(config, model_type):
     """The width the rotary is computed for, before ``partial_rotary_factor``."""
+    if model_type in _MEMORY_ATTENTION:
+        width = config["memory_attention_hidden_size"] // (
+            config["memory_attention_downsample_rate"]
+            * config["memory_attention_num_attention_heads"])
+        return width, "memory_attention_hidden_size"
+    if model_type == "qwen2_vl_vision":  # its hidden_size is the merger's output
+        return config["embed_dim"] // config["num_heads"], "embed_dim"
     for key in ("qk_rope_head_dim", "head_dim", "attention_head_dim", "kv_channels"):
         if config.get(key):
             return config[key], key
@@ -154,6 +190,8 @@ def _head_dim(config):
 
 
 def _partial_rotary_factor(rp, config, head_dim, width_key, scaling, model_type):
+    if model_type == "minimax_m3_vl_vision":  # three even axis widths of head_dim // 3
+        return 3 * 2 * ((head_dim // 3) // 2) / head_dim
     if width_key == "qk_rope_head_dim" or (scaling is not None and scaling.full_width):
         return 1.0  # MLA: the rotary is the qk_rope_head_dim slice; proportional: full table
     if config.get("rotary_dim") and model_type in _ROTARY_DIM_TYPES:
@@ -163,7 +201,9 @@ def _partial_rotary_factor(rp, config, head_dim, width_key, scaling, model_type)
     return 1.0 if prf is None else prf
 
 
-def _layout(config, model_type):
+def _layout(config, model_type, rp):
+    if model_type in _AXIAL and rp.get("rope_type") == "axial":
+        return _AXIAL[model_type][2]
     if config.get("rope_interleave") is not None:
         return "interleaved" if config["rope_interleave"] else "half"
     return "interleaved" if model_type in _INTERLEAVED else "half"
@@ -172,7 +212,15 @@ def _layout(config, model_type):
 def _axes(rp, model_type, n_freq):
     from ._rope import mrope_axes  # _rope imports this module
 
+    if model_type in _AXIAL and rp.get("rope_type") == "axial":
+        _, coords, _ = _AXIAL[model_type]
+        per_axis = n_freq // len(coords)
+        if _AXIAL[model_type][0] == "pairs":
+            return coords * per_axis
+        return tuple(c for c in coords for _ in range(per_axis))
     default, arrangement = _MROPE.get(model_type, (None, "chunked"))
+    if arrangement == "alternating":
+        return tuple(i % 2 for i in range(n_freq))
     sections = rp.get("mrope_section") or default
     if not sections:
         return None
@@ -210,10 +258,11 @@ def rope_from_config(cls, config, layer_type=None):
 def _rope_arguments(config, layer_type, model_type):
     config = {**config, **_layer_overrides(config, layer_type)}
     rp = _rope_parameters(config, layer_type)
-    scaling = _scaling(rp, config)
-    head_dim, width_key = _head_dim(config)
+    scaling = _scaling(rp, config, model_type)
+    head_dim, width_key = _head_dim(config, model_type)
     prf = _partial_rotary_factor(rp, config, head_dim, width_key, scaling, model_type)
     base = rp.get("rope_theta", config.get("rope_theta", 10000.0))
     n_freq = int(head_dim * prf) // 2
+    layout, axes = _layout(config, model_type, rp), _axes(rp, model_type, n_freq)
     return head_dim, dict(base=base, scaling=scaling, partial_rotary_factor=prf,
-                          layout=_layout(config, model_type), axes=_axes(rp, model_type, n_freq))
+                          layout=layout, axes=axes)

@@ -17,6 +17,8 @@ from ._exact import power_frequencies
 from ._lib import check_positive_int, check_real_scalar
 
 __all__ = [
+    "AxialScaling",
+    "NTKScaling",
     "DynamicNTKScaling",
     "LinearScaling",
     "Llama3Scaling",
@@ -436,8 +438,8 @@ class NTKScaling(RopeScaling):
     """
 
     factor: float
-    rope_type = "ntk"
-    depends_on_seq_len = False
+    # no rope_type: transformers has no static NTK (its "dynamic" reads seq_len), so no config
+    # names it and the registry leaves it out
 
     def __post_init__(self):
         self._set("factor", _factor(self.factor, "factor"))
@@ -448,4 +450,48 @@ class NTKScaling(RopeScaling):
         return _default_inv_freq(dim, base * self.factor ** (dim / (dim - 2))), 1.0
 
 
-__all__ += ["NTKScaling"]
+
+
+_ARRANGEMENTS = ("blocks", "pairs", "strided")
+
+
+@dataclasses.dataclass(frozen=True)
+class AxialScaling(RopeScaling):
+    """The frequencies of axial (2-D / 3-D vision) RoPE: ``n_axes`` coordinates share a width.
+
+    With ``per = dim // n_axes`` and ``f = base ** (-2j / per)`` (``j < per // 2``), the
+    ``dim // 2`` frequencies are ``"blocks"``: ``f`` once per axis, one block after the other
+    (Qwen2-VL, SAM 2 and most vision towers); ``"pairs"``: each ``f[j]`` repeated ``n_axes``
+    times in a row (Kimi-K2.5); ``"strided"``: the 1-D frequencies ``base ** (-2i / dim)`` dealt
+    round-robin, axis ``k`` taking ``i % n_axes == k``, one block per axis (Pixtral). Which
+    coordinate each frequency turns with is ``RoPE(axes=...)``; ``from_hf_config`` knows both
+    for every transformers vision model with ``rope_type: "axial"`` it reproduces.
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> arrpos.rope_frequencies(8, base=100.0, scaling=arrpos.AxialScaling(2))[0].tolist()
+    [1.0, 0.1, 1.0, 0.1]
+    """
+
+    n_axes: int = 2
+    arrangement: str = "blocks"
+
+    def __post_init__(self):
+        self._set("n_axes", check_positive_int(self.n_axes, "n_axes"))
+        if self.arrangement not in _ARRANGEMENTS:
+            raise ValueError(f"arrangement must be one of {_ARRANGEMENTS}, got "
+                             f"{self.arrangement!r}")
+
+    def _inv_freq(self, dim, base, seq_len):
+        n = self.n_axes
+        if dim % (2 * n):
+            raise ValueError(f"dim must be a multiple of 2 * n_axes = {2 * n} for "
+                             f"AxialScaling, got {dim}")
+        if self.arrangement == "strided":
+            inv = _default_inv_freq(dim, base)
+            return np.concatenate([inv[k::n] for k in range(n)]), 1.0
+        per_axis = _default_inv_freq(dim // n, base)
+        if self.arrangement == "pairs":
+            return np.repeat(per_axis, n), 1.0
+        return np.tile(per_axis, n), 1.0

@@ -18,6 +18,7 @@ import inspect
 import io
 import logging
 import os
+import re
 import sys
 import warnings
 
@@ -31,7 +32,7 @@ N_POS = 12          # dummy positions per sequence, all < MAX_POS
 MAX_POS = 64
 ATOL = 2e-5         # transformers forms float32 angles: ~|p| * 2**-24 rad at p < 64
 PINNED = "5.23."  # the transformers release MIN_PASSING was counted on
-MIN_PASSING = 234  # the pass count of transformers 5.23 (of 298 rotary types): no regressions
+MIN_PASSING = 281  # the pass count on transformers 5.23 (of 298 rotary types): no regressions
 REFUSALS = (ValueError, NotImplementedError)
 
 
@@ -47,8 +48,6 @@ def _transformers():
 
 def model_types():
     """Every model type whose modeling file defines a ``*RotaryEmbedding`` class."""
-    import re
-
     _, transformers, ca = _transformers()
     root = os.path.join(os.path.dirname(transformers.__file__), "models")
     out = []
@@ -95,20 +94,27 @@ def _rotary_classes(module):
             and issubclass(obj, torch.nn.Module)]
 
 
+def _config_annotation(cls):
+    ann = inspect.signature(cls.__init__).parameters["config"].annotation
+    return ann if isinstance(ann, str) else getattr(ann, "__name__", "")
+
+
 def _takes_config(cls):
     params = list(inspect.signature(cls.__init__).parameters)
     return len(params) >= 2 and params[1] == "config"
 
 
-def _is_mrope(cls, module, config):
+def _mrope_axes(cls, config):
+    """How many position rows transformers' rotary takes (1 when it is not multimodal)."""
     rp = getattr(config, "rope_parameters", None) or {}
     if isinstance(rp, dict) and rp.get("mrope_section"):
-        return True
+        return len(rp["mrope_section"])
     try:
         src = inspect.getsource(cls)
     except (OSError, TypeError):
-        return False
-    return "mrope" in src
+        return 1
+    expand = re.search(r"position_ids\.expand\((\d+)", src)
+    return int(expand.group(1)) if expand else 3 if "mrope" in src else 1
 
 
 def _layer_types(config):
@@ -119,13 +125,23 @@ def _layer_types(config):
     return nested or [None]
 
 
-def _positions(mrope, seed):
+def _is_axial(config):
+    rp = getattr(config, "rope_parameters", None)
+    return isinstance(rp, dict) and rp.get("rope_type") == "axial"
+
+
+def _positions(rows, seed, n_axes=0):
+    """(transformers' position ids, arrpos's positions)."""
     rng = np.random.default_rng(seed)
-    if mrope:
-        return rng.integers(0, MAX_POS, size=(3, 1, N_POS))
+    if n_axes:  # axial vision: (seq, n_axes) patch coordinates
+        coords = rng.integers(0, 16, size=(N_POS, n_axes))
+        return coords, coords[None]
+    if rows > 1:  # multimodal: one row of positions per axis
+        pos = rng.integers(0, MAX_POS, size=(rows, 1, N_POS))
+        return pos, np.moveaxis(pos, 0, -1)
     pos = rng.integers(0, MAX_POS, size=(1, N_POS))
     pos[0, :4] = [0, 1, 2, MAX_POS - 1]
-    return pos
+    return pos, pos
 
 
 def _hf_tables(emb, pos, layer_type, width):
@@ -143,6 +159,12 @@ def _hf_tables(emb, pos, layer_type, width):
 
 
 def _apply_function(module, config):
+    if _is_axial(config):
+        for name in ("apply_rotary_pos_emb_vision", "apply_rotary_pos_emb_2d",
+                     "apply_rotary_pos_emb_2d_self_attn",
+                     "apply_rotary_pos_emb"):
+            if hasattr(module, name):
+                return getattr(module, name)
     if getattr(config, "rope_interleave", False) and hasattr(module,
                                                           "apply_rotary_pos_emb_interleave"):
         return module.apply_rotary_pos_emb_interleave
@@ -165,7 +187,6 @@ def _hf_apply(fn, q, cos, sin):
     torch, _, _ = _transformers()
     params = inspect.signature(fn).parameters
     r = cos.shape[-1]
-    q_rot, q_pass = q[..., :r], q[..., r:]
 
     def call(qq):
         kwargs = {"unsqueeze_dim": 1} if "unsqueeze_dim" in params else {}
@@ -178,13 +199,19 @@ def _hf_apply(fn, q, cos, sin):
             out = fn(qq, cos, sin, **kwargs)
         return out[0] if isinstance(out, tuple) else out
 
+    def call_split(qq):
+        try:
+            return call(qq)
+        except RuntimeError:
+            if qq.shape[-1] == r:
+                raise
+            return torch.cat([call(qq[..., :r]), qq[..., r:]], dim=-1)
+
     with torch.no_grad():
         try:
-            return call(q)
-        except RuntimeError:
-            if q_pass.shape[-1] == 0:
-                raise
-            return torch.cat([call(q_rot), q_pass], dim=-1)
+            return call_split(q)
+        except RuntimeError:  # vision applies take (seq, heads, dim)
+            return call_split(q[0].transpose(0, 1)).transpose(0, 1)[None]
 
 
 def _as_layout(rope, c, width, permuted):
@@ -197,12 +224,11 @@ def _as_layout(rope, c, width, permuted):
     return c
 
 
-def _compare(name, rope, cos, sin, q_hf, q, pos, mrope, permuted):
+def _compare(name, rope, cos, sin, q_hf, q, pos_ar, permuted):
     """None if arrpos reproduces transformers, else what differs."""
-    pos_ar = np.moveaxis(pos, 0, -1) if mrope else pos
     cos = cos.double().numpy()
     sin = sin.double().numpy()
-    if cos.ndim == 4 and mrope:  # (3, batch, seq, D): the per-axis tables before sectioning
+    if cos.ndim == 4 and pos_ar.ndim == 3:  # (axes, batch, seq, D): mrope's per-axis tables
         cos = sin = None
     if cos is not None:
         cos = cos.reshape((-1,) + cos.shape[-2:])[:1]
@@ -240,7 +266,8 @@ def _cases(model_type):
     classes = [c for c in _rotary_classes(module) if _takes_config(c)]
     out = []
     for path, sub in _configs(config):
-        for cls in classes:
+        # the class annotated with this config's class first (a file may hold several)
+        for cls in sorted(classes, key=lambda c: _config_annotation(c) != type(sub).__name__):
             for lt in _layer_types(sub):
                 try:
                     with _quiet():
@@ -260,14 +287,6 @@ def _quiet():
         yield
 
 
-def _axial(config):
-    for _, sub in _configs(config):
-        rp = getattr(sub, "rope_parameters", None)
-        if isinstance(rp, dict) and rp.get("rope_type") == "axial":
-            return sub
-    return None
-
-
 def _user_config(label, config, sub):
     """What a user passes for this rotary: the config.json itself for the text model, the
     sub-config for another (audio, vision) one."""
@@ -278,65 +297,60 @@ def _user_config(label, config, sub):
     return sub
 
 
+def _check_case(i, label, config, sub, emb, lt, model_type):
+    """None when arrpos reproduces this rotary; else ``(status, detail)``."""
+    torch, _, _ = _transformers()
+    name = label if lt is None else f"{label}[{lt}]"
+    try:
+        with _quiet():
+            rope = arrpos.RoPE.from_hf_config(_user_config(label, config, sub), layer_type=lt)
+    except REFUSALS as e:
+        if not str(e).startswith(f"{sub.model_type}: "):
+            return "mismatch", f"{name}: refusal not naming the model type: {e}"
+        return "refuse", f"{type(e).__name__}: {e}"
+    except Exception as e:  # noqa: BLE001 - an unclear error is a failure
+        return "mismatch", f"{name}: unclear {type(e).__name__}: {e}"
+    module = _modeling(model_type)
+    n_axes = max(rope.axes) + 1 if _is_axial(sub) and rope.axes else 0
+    pos, pos_ar = _positions(_mrope_axes(type(emb), sub), i, n_axes)
+    try:
+        with _quiet():
+            try:
+                cos, sin, cis = _hf_tables(emb, pos, lt, rope.head_dim)
+            except KeyError:  # this module does not serve that layer type
+                return None
+            width = max(rope.head_dim, cos.shape[-1])
+            gen = torch.Generator().manual_seed(i)
+            q = torch.rand(1, 2, N_POS, width, generator=gen, dtype=torch.float32) * 2 - 1
+            if cis is not None:
+                fn = module.apply_rotary_emb
+                q_hf = _hf_apply_complex(fn, q, cis)
+            else:
+                fn = _apply_function(module, sub)
+                if fn is None:
+                    return "mismatch", f"{name}: accepted, no apply function to check it"
+                q_hf = _hf_apply(fn, q, cos, sin)
+    except Exception as e:  # noqa: BLE001 - arrpos answered what could not be checked
+        return "mismatch", (f"{name}: accepted, but transformers' own rotary fails here: "
+                            f"{type(e).__name__}: {e}")[:200]
+    problem = _compare(name, rope, cos, sin, q_hf, q, pos_ar, fn.__name__.endswith("_interleave"))
+    return ("mismatch", problem) if problem else None
+
+
 @functools.lru_cache(maxsize=None)
 def check(model_type):
     """``("pass" | "refuse" | "mismatch" | "none", detail)`` for one model type."""
-    torch, transformers, _ = _transformers()
     try:
         with _quiet():
             cases = _cases(model_type)
     except Exception as e:  # noqa: BLE001 - the model type cannot be built offline
         return "none", f"transformers: {type(e).__name__}: {e}"[:200]
     if not cases:
-        sub = None
-        with contextlib.suppress(Exception), _quiet():
-            sub = _axial(transformers.AutoConfig.for_model(model_type))
-        if sub is None:
-            return "none", "no rotary embedding built from a config"
-        try:
-            rope = arrpos.RoPE.from_hf_config(sub.to_dict())
-        except REFUSALS as e:
-            return "refuse", f"{type(e).__name__}: {e}"
-        return "mismatch", f"axial vision rope accepted as {rope!r} (unchecked)"
-    for i, (label, config, sub, emb, lt) in enumerate(cases):
-        name = label if lt is None else f"{label}[{lt}]"
-        try:
-            with _quiet():
-                rope = arrpos.RoPE.from_hf_config(_user_config(label, config, sub),
-                                                  layer_type=lt)
-        except REFUSALS as e:
-            if not str(e).startswith(f"{sub.model_type}: "):
-                return "mismatch", f"{name}: refusal not naming the model type: {e}"
-            return "refuse", f"{type(e).__name__}: {e}"
-        except Exception as e:  # noqa: BLE001 - an unclear error is a failure
-            return "mismatch", f"{name}: unclear {type(e).__name__}: {e}"
-        module = _modeling(model_type)
-        mrope = _is_mrope(type(emb), module, sub)
-        pos = _positions(mrope, i)
-        try:
-            with _quiet():
-                try:
-                    cos, sin, cis = _hf_tables(emb, pos, lt, rope.head_dim)
-                except KeyError:  # this module does not serve that layer type
-                    continue
-                width = max(rope.head_dim, cos.shape[-1])
-                gen = torch.Generator().manual_seed(i)
-                q = torch.rand(1, 2, N_POS, width, generator=gen, dtype=torch.float32) * 2 - 1
-                if cis is not None:
-                    fn = module.apply_rotary_emb
-                    q_hf = _hf_apply_complex(fn, q, cis)
-                else:
-                    fn = _apply_function(module, sub)
-                    if fn is None:
-                        return "mismatch", f"{name}: accepted, no apply function to check it"
-                    q_hf = _hf_apply(fn, q, cos, sin)
-        except Exception as e:  # noqa: BLE001 - arrpos answered what could not be checked
-            return "mismatch", (f"{name}: accepted, but transformers' own rotary fails here: "
-                                f"{type(e).__name__}: {e}")[:200]
-        permuted = fn.__name__.endswith("_interleave")
-        problem = _compare(name, rope, cos, sin, q_hf, q, pos, mrope, permuted)
-        if problem:
-            return "mismatch", problem
+        return "none", "no rotary embedding built from a config"
+    for i, case in enumerate(cases):
+        result = _check_case(i, *case, model_type)
+        if result is not None:
+            return result
     return "pass", ", ".join(sorted({c[0] for c in cases}))
 
 

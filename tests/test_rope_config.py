@@ -73,7 +73,7 @@ def test_mrope_defaults_by_model_type():
 @pytest.mark.parametrize("cfg, error, words", [
     ({"model_type": "nanochat", "hidden_size": 64, "num_attention_heads": 2},
      NotImplementedError, "flipped"),
-    ({"model_type": "pixtral", "hidden_size": 64, "num_attention_heads": 2,
+    ({"model_type": "some_vision", "hidden_size": 64, "num_attention_heads": 2,
       "rope_parameters": {"rope_type": "axial"}}, NotImplementedError, "axial"),
     ({"model_type": "glm4_moe", "hidden_size": 84, "num_attention_heads": 2,
       "partial_rotary_factor": 0.5}, ValueError, "even"),
@@ -82,3 +82,26 @@ def test_mrope_defaults_by_model_type():
 def test_refusals_name_the_model_type(cfg, error, words):
     with pytest.raises(error, match=f"^{cfg['model_type']}: .*{words}"):
         arrpos.RoPE.from_hf_config(cfg)
+
+
+def test_axial_frequencies():
+    f = [100.0 ** (-2 * i / 8) for i in range(4)]  # the 1-D frequencies of width 8
+    per_axis = [1.0, 100.0 ** (-2 / 4)]            # width 8 / 2 axes
+    cases = [("blocks", per_axis * 2), ("pairs", [per_axis[0]] * 2 + [per_axis[1]] * 2),
+             ("strided", [f[0], f[2], f[1], f[3]])]
+    for arrangement, want in cases:
+        inv, att = arrpos.rope_frequencies(8, base=100.0,
+                                           scaling=arrpos.AxialScaling(2, arrangement))
+        assert inv.tolist() == pytest.approx(want, rel=1e-15) and att == 1.0
+    with pytest.raises(ValueError, match="arrangement"):
+        arrpos.AxialScaling(2, "rows")
+    with pytest.raises(ValueError, match="multiple"):
+        arrpos.rope_frequencies(6, scaling=arrpos.AxialScaling(2))
+
+
+def test_axial_vision_config():
+    qwen = {"model_type": "qwen2_vl_vision", "embed_dim": 64, "num_heads": 2,
+            "hidden_size": 1536, "rope_parameters": {"rope_type": "axial", "rope_theta": 1e4}}
+    rope = arrpos.RoPE.from_hf_config(qwen)
+    assert rope.head_dim == 32 and rope.scaling == arrpos.AxialScaling(2)
+    assert rope.axes == (0,) * 8 + (1,) * 8 and rope.layout == "half"
