@@ -223,7 +223,7 @@ def _fma32(a, b, c):
 
 
 def _aa_filter(x, method, f):
-    """torch's antialias filters of ``|x|``: the triangle, or Keys' cubic with ``a = -0.5``.
+    """PyTorch's antialias filters of ``|x|``: the triangle, or Keys' cubic with ``a = -0.5``.
 
     torch's CPU kernels are built with FMA contraction: in float32 the cubic's Horner steps are
     fused multiply-adds, reproduced here so that the weights are torch's own bit for bit.
