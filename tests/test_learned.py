@@ -158,6 +158,98 @@ def test_resample_1d_equals_torch_linear(backend, n_in, n_out):
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6)
 
 
+def aa_weights_direct(n_in, n_out, method):
+    """The antialiased filter in float64, from its definition (PIL's / torch's): support and
+    argument scaled by the shrink factor, taps inside the input only, rows renormalised."""
+    def filt(x):
+        x = abs(x)
+        if method == "linear":
+            return max(0.0, 1.0 - x)
+        a = -0.5  # Keys
+        if x < 1:
+            return ((a + 2) * x - (a + 3)) * x * x + 1
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a if x < 2 else 0.0
+
+    scale = n_in / n_out
+    stretch = max(scale, 1.0)
+    support = (1.0 if method == "linear" else 2.0) * stretch
+    m = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        center = (i + 0.5) * scale
+        lo, hi = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), n_in)
+        w = np.array([filt((x - center + 0.5) / stretch) for x in range(lo, hi)])
+        m[i, lo:hi] = w / w.sum()
+    return m
+
+
+def _torch_aa(grid, new, mode, torch):
+    img = torch.from_numpy(grid).permute(2, 0, 1)[None]
+    out = torch.nn.functional.interpolate(img, size=new, mode=mode, align_corners=False,
+                                          antialias=True)
+    return out[0].permute(1, 2, 0).reshape(-1, grid.shape[-1]).numpy()
+
+
+@pytest.mark.parametrize("method,mode", [("linear", "bilinear"), ("cubic", "bicubic")])
+@pytest.mark.parametrize("old,new", [((14, 14), (24, 24)), ((24, 24), (14, 14)), ((4, 4), (7, 9)),
+                                     ((16, 16), (5, 5)), ((7, 9), (3, 13)), ((37, 5), (6, 2))])
+def test_resample_antialias_equals_torch_interpolate(backend, method, mode, old, new):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    grid = rng.normal(size=old + (6,))
+    pre = rng.normal(size=(1, 6))
+    for dt in (np.float32, np.float64):
+        if dt == np.float64 and not backend.float64:
+            continue
+        table = backend.asarray(np.concatenate([pre, grid.reshape(-1, 6)]).astype(dt))
+        got = backend.to_numpy(arrpos.resample(table, new, old_size=old, prefix_tokens=1,
+                                               method=method, antialias=True))
+        assert got.dtype == dt
+        np.testing.assert_array_equal(got[:1], pre.astype(dt))
+        ref = _torch_aa(grid.astype(dt), new, mode, torch)
+        if dt == np.float64:
+            np.testing.assert_allclose(got[1:], ref, rtol=0, atol=1e-10)
+            direct = np.einsum("ai,bj,ijc->abc", aa_weights_direct(old[0], new[0], method),
+                               aa_weights_direct(old[1], new[1], method), grid)
+            np.testing.assert_allclose(got[1:], direct.reshape(-1, 6), rtol=0, atol=1e-10)
+        else:
+            # torch's float32 weights are reproduced bit for bit (its CPU build fuses the
+            # cubic's multiply-adds); what remains is its float32 accumulation
+            np.testing.assert_allclose(got[1:], ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("method,mode", [("linear", "bilinear"), ("cubic", "bicubic")])
+@pytest.mark.parametrize("n_in,n_out", [(10, 23), (23, 10), (50, 7), (3, 3)])
+def test_resample_1d_antialias_is_the_2d_filter_on_one_row(backend, method, mode, n_in, n_out):
+    """torch has no antialiased ``linear``; a 1-D table is a (1, n) grid."""
+    torch = pytest.importorskip("torch")
+    t = np.random.default_rng(6).normal(size=(n_in, 5)).astype(np.float32)
+    ref = _torch_aa(t[None], (1, n_out), mode, torch)
+    got = backend.to_numpy(arrpos.resample(backend.asarray(t), n_out, method=method,
+                                           antialias=True))
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_timm_resample_abs_pos_embed_default():
+    """timm's ``resample_abs_pos_embed`` (bicubic, antialias=True, in float32), written from its
+    source; antialias matters both ways, as the issue measured."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    for old, new in (((14, 14), (24, 24)), ((24, 24), (14, 14))):
+        posemb = rng.normal(size=(1, 1 + old[0] * old[1], 8)).astype(np.float32)
+        prefix, body = posemb[:, :1], torch.from_numpy(posemb[:, 1:])
+        img = body.float().reshape(1, old[0], old[1], -1).permute(0, 3, 1, 2)
+        img = torch.nn.functional.interpolate(img, size=new, mode="bicubic", antialias=True)
+        ref = np.concatenate([prefix, img.permute(0, 2, 3, 1).reshape(1, -1, 8).numpy()], 1)
+        got = arrpos.resample(posemb, new, prefix_tokens=1, method="cubic", antialias=True)
+        np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+        plain = arrpos.resample(posemb, new, prefix_tokens=1, method="cubic")
+        assert np.abs(plain - ref).max() > 0.05
+
+
+def test_resample_antialias_type_error():
+    with pytest.raises(TypeError, match="antialias"):
+        arrpos.resample(np.zeros((4, 2)), 2, antialias=1)
+
 def test_resample_default_square_and_batch():
     t = np.random.default_rng(5).standard_normal((2, 1 + 9, 3))
     out = arrpos.resample(t, (5, 5), prefix_tokens=1)
