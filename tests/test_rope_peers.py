@@ -11,7 +11,7 @@
 * timm's RoPE-Mixed (``get_mixed_freqs``) and DINOv3's min/max period schedule, as float64
   formulas transcribed here (timm cannot be installed beside the CPU torch).
 
-How each peer's call maps to arrpos is in docs/coming-from-rope.md; each test states it too.
+How each peer's call maps to arrpos is in docs/coming-from.md; each test states it too.
 Tolerances: float64 against float64 within 1e-12; where the peer computes in float32, within its
 float32 rounding, as stated per case.
 """
@@ -472,7 +472,7 @@ def test_mixed_reduces_to_axial_when_not_rotated():
 
 
 def _mapping_blocks():
-    """Python blocks of the rotary mapping: docs/coming-from-rope.md, or its section of
+    """Python blocks of the rotary mapping: docs/coming-from.md, or its section of
     docs/coming-from.md (between the rope:begin / rope:end markers) once merged there."""
     import pathlib
     import re
