@@ -1,4 +1,4 @@
-"""The GPU path: CuPy arrays and CUDA torch tensors on the kernels of ``rope.cu``.
+"""The GPU path: CuPy arrays and CUDA torch tensors on the kernels of ``kernels.cu``.
 
 Tests that need a GPU skip cleanly without one (``get_backend("cupy")``); the packaging and
 bookkeeping tests at the top run everywhere. The same kernels run on the CPU in
@@ -22,7 +22,7 @@ from conftest import get_backend
 
 
 def test_cuda_source_is_shipped():
-    res = importlib.resources.files("arrpos._backends").joinpath("rope.cu")
+    res = importlib.resources.files("arrpos._backends").joinpath("kernels.cu")
     assert res.is_file()
     assert res.read_text() == _cupy.cuda_source()
     import pathlib
@@ -36,14 +36,15 @@ def test_cuda_source_is_shipped():
 
 def test_name_list_covers_every_kernel_template():
     src = _cupy.cuda_source()
-    kernels = set(re.findall(r"template\s*<typename T>\s*__global__\s+void\s+"
+    kernels = set(re.findall(r"template\s*<typename T(?:,\s*typename I)?>\s*__global__\s+void\s+"
                              r"(?:__launch_bounds__\(\d+\)\s+)?(\w+)\s*\(", src))
     assert kernels == set(_cupy.KERNEL_DTYPES)
     names = _cupy.kernel_names()
     assert len(names) == len(set(names))
     for k, dtypes in _cupy.KERNEL_DTYPES.items():
         for d in dtypes:
-            assert _cupy.kernel_name(k, d) in names
+            for index in _cupy._INDEXED.get(k, (None,)):
+                assert _cupy.kernel_name(k, d, index) in names
     code = re.sub(r"//[^\n]*", "", src)  # comments may name what the code must not do
     assert not re.search(r'extern\s+"C"', code)
     assert not re.search(r"^\s*#\s*include", code, flags=re.M)  # NVRTC has no host headers

@@ -1,4 +1,4 @@
-"""PyTorch CUDA tensors on the CUDA kernels of ``rope.cu``, zero-copy through DLPack.
+"""PyTorch CUDA tensors on the CUDA kernels of ``kernels.cu``, zero-copy through DLPack.
 
 Same function names and signatures as ``_xp``. ``arrpos._dispatch`` sends a torch call here
 only when every array argument is a CUDA tensor on one device that does not require grad
