@@ -83,6 +83,7 @@ _ALIBI_MODES = {"causal": 0, "symmetric": 1, "key": 2}
 _MAX_ROWS_DIMS = 4  # leading axes the apply kernels index (after merging contiguous ones)
 _THREADS = 256  # per block; kernels.cu declares __launch_bounds__(256)
 _MAX_GRID_Y = 65535
+_INT_OFFSETS_BELOW = 2**31  # offsets below this take the kernels' 32-bit (int) instantiation
 
 # Kernel parameters passed by value (CuPy passes a size-1 structured NumPy array as its bytes).
 FREQ_BLOCK = 192  # ARRPOS_FREQ_BLOCK of kernels.cu
@@ -504,7 +505,7 @@ def _row_geometry(lead, arrays, feature_extent):
         strides.append(_strides(row + [int(feat[k])]))
         reach = sum((m - 1) * abs(s) for m, s in zip(n, row))
         widest = max(widest, reach + max(feature_extent - 1, 0) * abs(int(feat[k])))
-    index = "int" if widest < 2**31 and math.prod(n) < 2**31 else "long long"
+    index = "int" if max(widest, math.prod(n)) < _INT_OFFSETS_BELOW else "long long"
     return n, strides, index
 
 
@@ -657,7 +658,7 @@ def _cache_strides(cos_cache, sin_cache, index):
     rows, cols = cos_cache.shape
     reach = max(abs(strides[0]), abs(strides[2])) * (rows - 1) \
         + max(abs(strides[1]), abs(strides[3])) * (cols - 1)
-    return [np.int64(s) for s in strides], (index if reach < 2**31 else "long long")
+    return [np.int64(s) for s in strides], (index if reach < _INT_OFFSETS_BELOW else "long long")
 
 
 def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
