@@ -107,7 +107,8 @@ static void run(void (*k)(A...), unsigned gx, unsigned gy, unsigned bx, unsigned
 
 extern "C" int emu_struct_size(char c)
 {
-    return c == 'F' ? (int)sizeof(arrpos::freq_block) : c == 'S' ? (int)sizeof(arrpos::strides4) : -1;
+    if (c == 'F') return (int)sizeof(arrpos::freq_block);
+    return c == 'S' ? (int)sizeof(arrpos::strides4) : -1;
 }
 
 static std::string signatures[@COUNT@];

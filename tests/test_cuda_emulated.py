@@ -779,3 +779,19 @@ def test_torch_bridge_declines_after_a_compile_failure(bridge, cp, monkeypatch):
     assert not tc.supports("apply_rope_qk", (x, x.double(), x, x, None, None))
     _cupy._FAILED[x.device.index] = "CompileException: simulated"
     assert not tc.supports("apply_rope", arrays)
+
+
+@pytest.mark.parametrize("op, signature", [
+    ("apply_rope_cached",
+     "(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None)"),
+    ("apply_rope_qk", "(q, k, cos, sin, *, layout, inverse, xp, out=None)"),
+])
+def test_new_ops_have_the_generic_signatures(op, signature):
+    import inspect
+
+    from arrpos._backends import _torch_cuda
+
+    for mod in (_cupy, _torch_cuda):
+        assert str(inspect.signature(getattr(mod, op))) == signature
+    if hasattr(_xp, op):  # the generic twin, once merged
+        assert str(inspect.signature(getattr(_xp, op))) == signature

@@ -88,7 +88,8 @@ _INT_OFFSETS_BELOW = 2**31  # offsets below this take the kernels' 32-bit (int) 
 # Kernel parameters passed by value (CuPy passes a size-1 structured NumPy array as its bytes).
 FREQ_BLOCK = 192  # ARRPOS_FREQ_BLOCK of kernels.cu
 _FREQ_DTYPE = np.dtype([("hi", "<f8", (FREQ_BLOCK,)), ("lo", "<f8", (FREQ_BLOCK,))])
-_STRIDES_DTYPE = np.dtype([(n, "<i8") for n in ("s0", "s1", "s2", "s3", "f")])
+_STRIDES_FIELDS = ("s0", "s1", "s2", "s3", "f")  # struct strides4 of kernels.cu
+_STRIDES_DTYPE = np.dtype([(n, "<i8") for n in _STRIDES_FIELDS])
 
 
 def kernel_name(kernel: str, dtype_name: str, index: str | None = None) -> str:
@@ -239,7 +240,7 @@ def _frequency_blocks(hi, lo):
 def _strides(values) -> np.ndarray:
     """Four row strides and the feature stride as the kernels' ``strides4`` (by value)."""
     s = np.zeros(1, dtype=_STRIDES_DTYPE)
-    for name, v in zip(_STRIDES_DTYPE.names, values):
+    for name, v in zip(_STRIDES_FIELDS, values):
         s[name] = v
     return s
 
