@@ -40,6 +40,7 @@ def compile_for(arch, kind):
     missing = [n for n in spec["name_expressions"] if not mapping.get(n)]
     if missing:
         sys.exit(f"NVRTC {flag}: unresolved name expressions {missing}")
+    compile_for.mapping = mapping
     return binary
 
 
@@ -49,10 +50,25 @@ for arch in ("80", "90"):
     if not cubin.startswith(b"\x7fELF"):
         sys.exit(f"NVRTC sm_{arch}: no cubin")
 ptx = compile_for("80", "ptx").decode()
+# one chunk per kernel (".visible .entry name(", ".weak .entry name(" for template instances)
+# and per device function (libdevice's slow-path trigonometric reduction, never reached for
+# the reduced angles, keeps a local array: only the kernels' own code is checked)
+chunks = re.split(r"(?m)^(?=(?:\.\w+ )*\.(?:entry|func) )", ptx)[1:]
+entries = {m.group(1): c for c in chunks if (m := re.match(r"(?:\.\w+ )*\.entry (\w+)", c))}
+names = {mangled: name for name, mangled in compile_for.mapping.items()}
+if sorted(entries) != sorted(names):
+    sys.exit(f"PTX entries {sorted(entries)} are not the name expressions' {sorted(names)}")
+for mangled, body in entries.items():
+    name = names.get(mangled, mangled)
+    if ".local" in body:  # a stack frame or spills, e.g. a by-value parameter copied to be
+        sys.exit(f"PTX of {name} uses local memory")  # indexed (hence __grid_constant__)
+    if name.startswith("arrpos::apply_rope<") and not re.search(r"ld\.global(\.nc)?\.v[24]\.", body):
+        sys.exit(f"PTX of {name} has no vector loads: the two-pairs-per-thread path is gone")
 flushed = sorted(set(re.findall(r"\b\w+(?:\.\w+)*\.ftz\b(?:\.\w+)*", ptx)))
 if flushed:
     sys.exit(f"PTX holds flush-to-zero instructions {flushed}: float32 subnormals (bfloat16's "
              "among them) would become 0 unlike the CPU path")
 print(f"nvrtc {major}.{minor} (cupy {cupy.__version__}): kernels.cu compiled for sm_80 and "
-      f"sm_90, {len(spec['name_expressions'])} name expressions, no log output, no .ftz in PTX")
+      f"sm_90, {len(spec['name_expressions'])} name expressions, no log output; PTX: no .ftz, "
+      "no local memory, vector loads in apply_rope")
 EOF

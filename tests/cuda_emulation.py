@@ -213,6 +213,8 @@ class _Stream:
 
 
 class FakeKernel:
+    last_args: tuple = ()  # the arguments of the latest launch
+
     def __init__(self, lib, index, name, log):
         self.lib, self.index, self.name, self.log = lib, index, name, log
         self.signature = lib.emu_signature(index).decode()
@@ -231,6 +233,7 @@ class FakeKernel:
             slots.append(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p))
         arr = (ctypes.c_void_p * len(slots))(*[s.value for s in slots])
         self.log.append((self.name, tuple(grid), block))
+        FakeKernel.last_args = tuple(args)
         assert self.lib.emu_launch(self.index, gx, gy, bx, by, arr) == 0
 
     _STRUCTS = {"F": _cupy._FREQ_DTYPE, "S": _cupy._STRIDES_DTYPE}

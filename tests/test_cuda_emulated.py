@@ -795,3 +795,49 @@ def test_new_ops_have_the_generic_signatures(op, signature):
         assert str(inspect.signature(getattr(mod, op))) == signature
     if hasattr(_xp, op):  # the generic twin, once merged
         assert str(inspect.signature(getattr(_xp, op))) == signature
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_vector_path_gives_the_scalar_bits(cp, monkeypatch, dtype, layout):
+    """Two pairs per thread through aligned packs (feature stride 1, aligned rows) computes
+    exactly what the pair-by-pair path computes: broadcast tables, partial rotary, in place."""
+    rng = np.random.default_rng(16)
+    x = _Stored(cp, rng.uniform(-3, 3, size=(2, 6, 3, 16)), dtype)
+    ang = rng.uniform(-6, 6, size=(6, 6))
+    ang = np.concatenate([ang, ang], -1) if layout == "half" else np.repeat(ang, 2, -1)
+    cos, sin = _Stored(cp, np.cos(ang)[:, None], dtype), _Stored(cp, np.sin(ang)[:, None], dtype)
+
+    def run(out=None, inverse=False):
+        if dtype == "bfloat16":
+            return _cupy._apply_rope(x.dev, cos.dev, sin.dev, layout=layout, inverse=inverse,
+                                     out=out, storage="bfloat16")
+        return _cupy.apply_rope(x.dev, cos.dev, sin.dev, layout=layout, inverse=inverse,
+                                xp=cp, out=out)
+
+    fast = np.asarray(run()).copy()
+    assert cuda_emulation.FakeKernel.last_args[-2] == 1  # vec
+    back = np.asarray(run(inverse=True)).copy()
+    monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", False)
+    slow = np.asarray(run()).copy()
+    assert cuda_emulation.FakeKernel.last_args[-2] == 0
+    np.testing.assert_array_equal(fast, slow)
+    np.testing.assert_array_equal(back, np.asarray(run(inverse=True)))
+    monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", True)
+    run(out=x.dev)  # in place, vector path
+    np.testing.assert_array_equal(np.asarray(x.dev), slow)
+    exact = _rope_ref(x.value, cos.value, sin.value, layout, False)
+    _assert_rounded_once(_read(slow, dtype), exact, dtype, 3.0)
+
+
+def test_vector_path_declined_when_misaligned(cp):
+    rng = np.random.default_rng(17)
+    buf = rng.standard_normal((4, 17)).astype(np.float32)
+    x = cp.asfake(buf)[:, 1:]  # rows start one float past 8-byte alignment
+    c = cp.asfake(np.ones((4, 16), np.float32))
+    s = cp.asfake(np.zeros((4, 16), np.float32))
+    got = _cupy.apply_rope(x, c, s, layout="half", inverse=False, xp=cp)
+    assert cuda_emulation.FakeKernel.last_args[-2] == 0
+    np.testing.assert_array_equal(np.asarray(got), buf[:, 1:])
+    _cupy.apply_rope(cp.asfake(buf[:, :16].copy()), c, s, layout="half", inverse=False, xp=cp)
+    assert cuda_emulation.FakeKernel.last_args[-2] == 1

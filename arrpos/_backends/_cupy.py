@@ -586,13 +586,36 @@ def _apply_rope(x, cos, sin, *, layout, inverse, out, storage):
         copy_cols = 0 if in_place else d - r
         if rows == 0 or half_rot + copy_cols == 0:
             return out
+        arrays = (x, out, cos, sin)
         n, strides, index = _row_geometry(
-            lead, (("x", x), ("out", out), ("cos", cos), ("sin", sin)), d)
+            lead, tuple(zip(("x", "out", "cos", "sin"), arrays)), d)
+        vec = _vector_pairs(arrays, strides, half_rot, code)
         args = [x, out, cos, sin, np.int64(rows), np.int64(n[1]), np.int64(n[2]),
                 np.int64(n[3]), *strides, np.int32(half_rot), np.int32(copy_cols),
-                np.int32(code), np.int32(1 if inverse else 0)]
-        _launch(kernel_name("apply_rope", dname, index), rows, half_rot + copy_cols, args)
+                np.int32(code), np.int32(1 if inverse else 0), np.int32(vec)]
+        rotated = half_rot // 2 if vec else half_rot
+        _launch(kernel_name("apply_rope", dname, index), rows, rotated + copy_cols, args)
     return out
+
+
+_VECTOR_PAIRS = True  # the kernels' two-pairs-per-thread path where alignment allows
+
+
+def _vector_pairs(arrays, strides, half_rot: int, layout_code: int) -> bool:
+    """Whether ``apply_rope`` may take two pairs per thread with aligned vector loads: every
+    feature stride 1, an even number of pairs, and every pack start (base pointer plus any
+    row offset, plus ``half_rot`` in the half layout) aligned to the pack's load width."""
+    if not _VECTOR_PAIRS or half_rot % 2:
+        return False
+    item = arrays[0].dtype.itemsize
+    per_pack = 2 if layout_code == 0 else 4
+    align = min(per_pack * item, 16)
+    step = align // item  # elements
+    for a, st in zip(arrays, strides):
+        row = [int(st[f][0]) for f in _STRIDES_FIELDS[:4]]
+        if int(st["f"][0]) != 1 or a.data.ptr % align or any(r % step for r in row):
+            return False
+    return True
 
 
 def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):

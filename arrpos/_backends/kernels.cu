@@ -33,11 +33,21 @@ struct bfloat16 {  // layout of __nv_bfloat16
 
 // Frequencies of the sinusoid table, passed by value in the kernel parameters: no host-to-device
 // copy, so a launch is legal inside CUDA graph capture. The adapter launches once per block of
-// ARRPOS_FREQ_BLOCK frequencies (3 KiB of the 4 KiB parameter space).
+// ARRPOS_FREQ_BLOCK frequencies (3 KiB of the 4 KiB parameter space). Indexed in place in the
+// parameter space (ld.param with a register address; .ci/check_nvrtc.sh fails on a copy to
+// local memory), without __grid_constant__, which would need sm_70.
 #define ARRPOS_FREQ_BLOCK 192
 struct freq_block {
     double hi[ARRPOS_FREQ_BLOCK];
     double lo[ARRPOS_FREQ_BLOCK];
+};
+
+// 8- and 16-byte words for vector loads (uint2/uint4 need a header NVRTC may lack)
+struct alignas(8) uint2_ {
+    unsigned int x, y;
+};
+struct alignas(16) uint4_ {
+    unsigned int x, y, z, w;
 };
 
 #if defined(ARRPOS_HOST_EMULATION) && !defined(__CUDA_ARCH__)
@@ -383,24 +393,121 @@ __device__ __forceinline__ void rotate_pair(const T *xr, T *orow, I a, I b, I xs
     orow[b * osf] = num<T>::store(fma_rn(xb, cb, mul_rn(xa, sb)));
 }
 
+// Two pairs per thread through aligned vector loads and stores, when every feature stride is 1
+// and the adapter found every row start aligned to the pack (vec != 0): half layout, pairs
+// (j, j + h) and (j + 1, j + h + 1), two 2-element packs; interleaved, four consecutive
+// elements. The arithmetic is rotate_pair's, element for element.
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) pack {
+    T v[N];
+};
+
+template <typename T, int N>
+__device__ __forceinline__ pack<T, N> load_pack(const T *p)
+{
+    pack<T, N> r;
+#ifdef ARRPOS_EMULATED
+    for (int i = 0; i < N; ++i)
+        r.v[i] = p[i];
+#else
+    if (sizeof(r) == 4) {
+        *reinterpret_cast<unsigned int *>(&r) = *reinterpret_cast<const unsigned int *>(p);
+    } else if (sizeof(r) == 8) {
+        *reinterpret_cast<uint2_ *>(&r) = *reinterpret_cast<const uint2_ *>(p);
+    } else {  // 16 or 32 bytes: 16-byte loads
+        for (int i = 0; i < (int)(sizeof(r) / 16); ++i)
+            reinterpret_cast<uint4_ *>(&r)[i] = reinterpret_cast<const uint4_ *>(p)[i];
+    }
+#endif
+    return r;
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_pack(T *p, const pack<T, N> &r)
+{
+#ifdef ARRPOS_EMULATED
+    for (int i = 0; i < N; ++i)
+        p[i] = r.v[i];
+#else
+    if (sizeof(r) == 4) {
+        *reinterpret_cast<unsigned int *>(p) = *reinterpret_cast<const unsigned int *>(&r);
+    } else if (sizeof(r) == 8) {
+        *reinterpret_cast<uint2_ *>(p) = *reinterpret_cast<const uint2_ *>(&r);
+    } else {
+        for (int i = 0; i < (int)(sizeof(r) / 16); ++i)
+            reinterpret_cast<uint4_ *>(p)[i] = reinterpret_cast<const uint4_ *>(&r)[i];
+    }
+#endif
+}
+
+template <typename T>
+__device__ __forceinline__ typename num<T>::acc signed_sin(T s, int inverse)
+{
+    const typename num<T>::acc v = num<T>::load(s);
+    return inverse ? neg(v) : v;
+}
+
+// one pair of packs: (x[ia], y[ib]) -> (x[ia] c[ia] - y[ib] s[ia], y[ib] d[ib] + x[ia] t[ib])
+template <typename T, int N>
+__device__ __forceinline__ void rotate_in_packs(const pack<T, N> &x, const pack<T, N> &y,
+                                                const pack<T, N> &c, const pack<T, N> &d,
+                                                const pack<T, N> &s, const pack<T, N> &t,
+                                                pack<T, N> &ox, pack<T, N> &oy, int ia, int ib,
+                                                int inverse)
+{
+    typedef typename num<T>::acc acc;
+    const acc xa = num<T>::load(x.v[ia]), xb = num<T>::load(y.v[ib]);
+    ox.v[ia] = num<T>::store(fma_rn(xa, num<T>::load(c.v[ia]),
+                                    mul_rn(neg(xb), signed_sin(s.v[ia], inverse))));
+    oy.v[ib] = num<T>::store(fma_rn(xb, num<T>::load(d.v[ib]),
+                                    mul_rn(xa, signed_sin(t.v[ib], inverse))));
+}
+
+template <typename T>
+__device__ __forceinline__ void rotate_packs(const T *xr, T *orow, const T *cr, const T *sr,
+                                             long long t, int half_rot, int layout, int inverse)
+{
+    if (layout == 0) {
+        const long long a = 2 * t, b = a + half_rot;
+        const pack<T, 2> xa = load_pack<T, 2>(xr + a), xb = load_pack<T, 2>(xr + b);
+        const pack<T, 2> ca = load_pack<T, 2>(cr + a), cb = load_pack<T, 2>(cr + b);
+        const pack<T, 2> sa = load_pack<T, 2>(sr + a), sb = load_pack<T, 2>(sr + b);
+        pack<T, 2> oa, ob;
+        rotate_in_packs<T, 2>(xa, xb, ca, cb, sa, sb, oa, ob, 0, 0, inverse);
+        rotate_in_packs<T, 2>(xa, xb, ca, cb, sa, sb, oa, ob, 1, 1, inverse);
+        store_pack<T, 2>(orow + a, oa);
+        store_pack<T, 2>(orow + b, ob);
+    } else {
+        const long long a = 4 * t;
+        const pack<T, 4> xv = load_pack<T, 4>(xr + a);
+        const pack<T, 4> cv = load_pack<T, 4>(cr + a), sv = load_pack<T, 4>(sr + a);
+        pack<T, 4> ov;
+        rotate_in_packs<T, 4>(xv, xv, cv, cv, sv, sv, ov, ov, 0, 1, inverse);
+        rotate_in_packs<T, 4>(xv, xv, cv, cv, sv, sv, ov, ov, 2, 3, inverse);
+        store_pack<T, 4>(orow + a, ov);
+    }
+}
+
 template <typename T, typename I>
 __global__ void __launch_bounds__(256)
 apply_rope(const T *x, T *out, const T *__restrict__ cos_t, const T *__restrict__ sin_t,
            long long rows, long long n1, long long n2, long long n3, strides4 xs, strides4 os,
            strides4 cs, strides4 ss, int half_rot, int copy_cols, int layout, int inverse,
-           int chunk)
+           int vec, int chunk)
 {
     typedef typename num<T>::acc acc;
     const I xsf = (I)xs.f, osf = (I)os.f, csf = (I)cs.f, ssf = (I)ss.f;
+    const int rotated = vec ? half_rot / 2 : half_rot;  // items that rotate: packs or pairs
     ARRPOS_FOR_ROWS(r, rows) {
         const row_index<I> ix = row_of<I>(r, rows, n1, n2, n3);
         const T *xr = x + ix.offset(xs);
         T *orow = out + ix.offset(os);
         const T *cr = cos_t + ix.offset(cs);
         const T *sr = sin_t + ix.offset(ss);
-        ARRPOS_FOR_ITEMS(jj, half_rot + copy_cols, chunk) {
+        ARRPOS_FOR_ITEMS(jj, rotated + copy_cols, chunk) {
             const I j = (I)jj;
-            if (j < half_rot) {
+            if (j < rotated && vec) {
+                rotate_packs<T>(xr, orow, cr, sr, jj, half_rot, layout, inverse);
+            } else if (j < rotated) {
                 const I a = layout == 0 ? j : 2 * j;
                 const I b = layout == 0 ? a + half_rot : a + 1;
                 acc sa = num<T>::load(sr[a * ssf]);
@@ -412,7 +519,7 @@ apply_rope(const T *x, T *out, const T *__restrict__ cos_t, const T *__restrict_
                 rotate_pair<T, I>(xr, orow, a, b, xsf, osf, num<T>::load(cr[a * csf]),
                                   num<T>::load(cr[b * csf]), sa, sb);
             } else {
-                const I col = 2 * (I)half_rot + (j - half_rot);
+                const I col = 2 * (I)half_rot + (j - rotated);
                 orow[col * osf] = xr[col * xsf];  // pass-through features, bit for bit
             }
         }
