@@ -841,3 +841,21 @@ def test_vector_path_declined_when_misaligned(cp):
     np.testing.assert_array_equal(np.asarray(got), buf[:, 1:])
     _cupy.apply_rope(cp.asfake(buf[:, :16].copy()), c, s, layout="half", inverse=False, xp=cp)
     assert cuda_emulation.FakeKernel.last_args[-2] == 1
+
+
+def test_bfloat16_rounding_bound_is_2_pow_minus_8(cp):
+    """bfloat16 keeps 8 significant bits: a correctly rounded result is within 2**-8 relative
+    of exact, and many results are further than 2**-9 from it (the review's finding 1)."""
+    rng = np.random.default_rng(18)
+    x = _Stored(cp, rng.standard_normal((50, 4, 128)), "bfloat16")
+    ang = rng.uniform(-6, 6, size=(50, 1, 64))
+    ang = np.concatenate([ang, ang], -1)
+    cos, sin = _Stored(cp, np.cos(ang), "bfloat16"), _Stored(cp, np.sin(ang), "bfloat16")
+    out = cp.empty(x.dev.shape, np.int16)
+    _cupy._apply_rope(x.dev, cos.dev, sin.dev, layout="half", inverse=False, out=out,
+                      storage="bfloat16")
+    got = _read(out, "bfloat16")
+    exact = _rope_ref(x.value, cos.value, sin.value, "half", False)
+    rel = np.abs(got - exact) / np.abs(exact)
+    assert (rel <= 2**-8 * 1.01).all()
+    assert (rel > 2**-9).sum() > 1000  # out of 25,600: a 2**-9 bound would fail

@@ -75,6 +75,18 @@ def test_parameter_structures_match_the_source():
     assert _cupy._FREQ_DTYPE.itemsize + 128 <= 4096
 
 
+def test_exact_split_is_not_left_to_the_compiler():
+    """The angle split uses explicit round-to-nearest intrinsics: no compiler may contract
+    p * w_hi into the reduction (finding 5 of the review)."""
+    src = _cupy.cuda_source()
+    body = src[src.index("void exact_sincos("):]
+    body = body[:body.index("\n}\n")]
+    code = re.sub(r"//[^\n]*", "", body.split("{", 1)[1])
+    assert "__dmul_rn(p, w_hi)" in code and "__fma_rn(p, w_hi, -big)" in code
+    # no bare arithmetic operator between operands outside the intrinsics' arguments
+    assert not re.search(r"\w\s*[*+]\s*\w", code.replace("double *", ""))
+
+
 def test_import_needs_no_cupy():
     import subprocess
     import sys
