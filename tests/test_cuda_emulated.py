@@ -77,6 +77,21 @@ def test_sinusoid_table_matches_generic(cp, layout, dtype):
     assert cp.launches and cp.launches[-1][0] == f"arrpos::sinusoid_table<{_cupy._CXX_TYPES[np.dtype(dtype).name]}>"
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sinusoid_odd_interleaved_width_in_the_kernel(cp, dtype):
+    """An odd interleaved width 2F - 1 (keras-hub): one launch writes whole pairs but the last
+    cosine, which falls outside the row; the rest equals the even table."""
+    hi, lo = power_frequencies(5, 9, 10000.0)
+    pos = np.array([0, 3, 70000], dtype=np.int64)
+    got = _cupy.sinusoid_table(cp.asfake(pos), hi, lo, layout="interleaved", dtype=dtype,
+                               width=9, xp=cp)
+    ref = _xp.sinusoid_table(pos, hi, lo, layout="interleaved", dtype=dtype, width=10, xp=npx)
+    assert got.shape == (3, 9) and len(cp.launches) == 1
+    np.testing.assert_allclose(np.asarray(got), ref[:, :9], rtol=0, atol=2 * _ulps(dtype))
+    with pytest.raises(ValueError, match="width"):
+        _cupy.sinusoid_table(cp.asfake(pos), hi, lo, layout="split", dtype=dtype, width=9, xp=cp)
+
+
 def test_sinusoid_accuracy_to_2_24(cp):
     """Within 1e-12 (float64) of exact up to 2**24; the exact values come from decimals."""
     import mpmath

@@ -355,8 +355,9 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     """Twin of ``_xp.sinusoid_table`` for CuPy positions, float32/float64 output.
 
     The host frequencies ``hi``/``lo`` travel in the kernel parameters (blocks of
-    ``FREQ_BLOCK``, one launch each): no device copy, no synchronisation. ``out``: an optional
-    preallocated C-contiguous ``P + (width,)`` array of ``dtype`` on the device of ``positions``.
+    ``FREQ_BLOCK``, one launch each): no device copy, no synchronisation. An odd interleaved
+    ``width = 2 F - 1`` drops the last cosine (keras-hub). ``out``: an optional preallocated
+    C-contiguous ``P + (width,)`` array of ``dtype`` on the device of ``positions``.
     """
     _check_array(positions, "positions")
     dname = _check_dtype("sinusoid_table", dtype)
@@ -367,7 +368,7 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
         raise ValueError(f"lo must have the shape of hi {hi.shape}, got {lo.shape}")
     nf = hi.shape[0]
     width = _nonneg_int(width, "width")
-    if width < 2 * nf:
+    if width < 2 * nf - (code == _TABLE_LAYOUTS["interleaved"]):  # odd: the last cos dropped
         raise ValueError(f"width must be >= 2 * len(hi) = {2 * nf}, got {width}")
     shape = tuple(positions.shape) + (width,)
     with positions.device as device:
@@ -383,7 +384,7 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
         blocks = list(_frequency_blocks(hi, lo)) or [(0, 0, np.zeros(1, dtype=_FREQ_DTYPE))]
         for first, count, block in blocks:
             tail = first + count == nf  # the last launch also writes the zero padding
-            items = count + (width - 2 * nf if tail else 0)
+            items = count + (max(width - 2 * nf, 0) if tail else 0)
             if items:
                 _launch(name, rows, items,
                         (out, pos, block, np.int64(rows), np.int32(first), np.int32(count),

@@ -259,7 +259,8 @@ __device__ __forceinline__ void exact_sincos(double p, double w_hi, double w_lo,
 // Sinusoid table: out[row, :] for positions pos[row]; this launch writes the `count`
 // frequencies first .. first + count - 1 of nf (given by value in `f`) and, when `tail` is set,
 // the zero padding columns 2 * nf .. width - 1. Rows of `width` elements, C-contiguous.
-// layout 0: interleaved (s0 c0 s1 c1 ...), 1: [sin | cos], 2: [cos | sin].
+// layout 0: interleaved (s0 c0 s1 c1 ...; an odd width 2 * nf - 1 drops the last cosine),
+// 1: [sin | cos], 2: [cos | sin].
 
 template <typename T>
 __global__ void __launch_bounds__(256)
@@ -267,7 +268,7 @@ sinusoid_table(T *__restrict__ out, const double *__restrict__ pos, const freq_b
                long long rows, int first, int count, int nf, long long width, int tail,
                int layout, int chunk)
 {
-    const long long pad = tail ? width - 2 * (long long)nf : 0;
+    const long long pad = tail && width > 2 * (long long)nf ? width - 2 * (long long)nf : 0;
     ARRPOS_FOR_ROWS(r, rows) {
         const double p = pos[r];
         T *row = out + r * width;
@@ -281,7 +282,8 @@ sinusoid_table(T *__restrict__ out, const double *__restrict__ pos, const freq_b
             const long long i = first + j;
             if (layout == 0) {
                 row[2 * i] = num<T>::from_double(s);
-                row[2 * i + 1] = num<T>::from_double(c);
+                if (2 * i + 1 < width)
+                    row[2 * i + 1] = num<T>::from_double(c);
             } else if (layout == 1) {
                 row[i] = num<T>::from_double(s);
                 row[nf + i] = num<T>::from_double(c);
