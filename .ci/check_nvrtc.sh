@@ -60,9 +60,11 @@ if sorted(entries) != sorted(names):
     sys.exit(f"PTX entries {sorted(entries)} are not the name expressions' {sorted(names)}")
 for mangled, body in entries.items():
     name = names.get(mangled, mangled)
-    if ".local" in body:  # a stack frame or spills, e.g. a by-value parameter copied to be
-        sys.exit(f"PTX of {name} uses local memory")  # indexed (hence __grid_constant__)
-    if name.startswith("arrpos::apply_rope<") and not re.search(r"ld\.global(\.nc)?\.v[24]\.", body):
+    # a stack frame or spills, e.g. the by-value frequency block copied out to be indexed
+    if ".local" in body:
+        sys.exit(f"PTX of {name} uses local memory")
+    vector = re.search(r"ld\.global(\.nc)?\.v[24]\.", body)
+    if name.startswith(("arrpos::apply_rope<", "arrpos::apply_rope_cached<")) and not vector:
         sys.exit(f"PTX of {name} has no vector loads: the two-pairs-per-thread path is gone")
 flushed = sorted(set(re.findall(r"\b\w+(?:\.\w+)*\.ftz\b(?:\.\w+)*", ptx)))
 if flushed:
@@ -70,5 +72,5 @@ if flushed:
              "among them) would become 0 unlike the CPU path")
 print(f"nvrtc {major}.{minor} (cupy {cupy.__version__}): kernels.cu compiled for sm_80 and "
       f"sm_90, {len(spec['name_expressions'])} name expressions, no log output; PTX: no .ftz, "
-      "no local memory, vector loads in apply_rope")
+      "no local memory, vector loads in the apply kernels")
 EOF

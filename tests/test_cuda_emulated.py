@@ -874,3 +874,31 @@ def test_bfloat16_rounding_bound_is_2_pow_minus_8(cp):
     rel = np.abs(got - exact) / np.abs(exact)
     assert (rel <= 2**-8 * 1.01).all()
     assert (rel > 2**-9).sum() > 1000  # out of 25,600: a 2**-9 bound would fail
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_cached_vector_path_gives_the_scalar_bits(cp, monkeypatch, dtype, layout):
+    """apply_rope_cached's two-pairs-per-thread path (one cache pack per two pairs) computes
+    what its pair-by-pair path computes, partial rotary and in place included."""
+    rng = np.random.default_rng(19)
+    x = _Stored(cp, rng.uniform(-3, 3, size=(2, 5, 3, 16)), dtype)
+    cc, sc = _caches(rng, 20, 6, dtype, cp)  # R = 12 of 16
+    ids = cp.asfake(rng.integers(0, 20, size=(2, 5, 1)))
+
+    def run(out=None, inverse=False):
+        return np.asarray(_call_cached(cp, x.dev, cc.dev, sc.dev, ids, dtype, layout=layout,
+                                       inverse=inverse, out=out)).copy()
+
+    fast, back = run(), run(inverse=True)
+    assert cuda_emulation.FakeKernel.last_args[-2] == 1  # vec
+    monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", False)
+    np.testing.assert_array_equal(fast, run())
+    assert cuda_emulation.FakeKernel.last_args[-2] == 0
+    np.testing.assert_array_equal(back, run(inverse=True))
+    monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", True)
+    run(out=x.dev)
+    np.testing.assert_array_equal(np.asarray(x.dev), fast)
+    exact = _expected("apply_rope_cached", x.value, cc.value, sc.value, np.asarray(ids),
+                      layout=layout, inverse=False)
+    _assert_rounded_once(_read(fast, dtype), exact, dtype, 3.0)

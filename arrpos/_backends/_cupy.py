@@ -664,11 +664,14 @@ def _apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse
         n, strides, index = _row_geometry(
             lead, (("x", x), ("out", out), ("position_ids", ids)), d)
         cache, index = _cache_strides(cos_cache, sin_cache, index)
+        vec = (_vector_pairs((x, out), strides[:2], half_rot, code)
+               and _cache_packs(cos_cache, sin_cache, cache))
         args = [x, out, cos_cache, sin_cache, ids, np.int64(rows), np.int64(n[1]),
                 np.int64(n[2]), np.int64(n[3]), *strides, *cache,
                 np.int64(cos_cache.shape[0]), np.int32(half_rot), np.int32(copy_cols),
-                np.int32(code), np.int32(1 if inverse else 0)]
-        _launch(kernel_name("apply_rope_cached", dname, index), rows, half_rot + copy_cols,
+                np.int32(code), np.int32(1 if inverse else 0), np.int32(vec)]
+        rotated = half_rot // 2 if vec else half_rot
+        _launch(kernel_name("apply_rope_cached", dname, index), rows, rotated + copy_cols,
                 args)
     return out
 
@@ -684,6 +687,15 @@ def _cache_strides(cos_cache, sin_cache, index):
     reach = max(abs(strides[0]), abs(strides[2])) * (rows - 1) \
         + max(abs(strides[1]), abs(strides[3])) * (cols - 1)
     return [np.int64(s) for s in strides], (index if reach < _INT_OFFSETS_BELOW else "long long")
+
+
+def _cache_packs(cos_cache, sin_cache, strides) -> bool:
+    """Whether the caches can be read two columns at a time: column strides 1, every row
+    start aligned to two elements (``strides``: row and column strides of both caches)."""
+    align = 2 * cos_cache.dtype.itemsize
+    cr, cc, sr, sc = (int(v) for v in strides)
+    return (cc == 1 and sc == 1 and cr % 2 == 0 and sr % 2 == 0
+            and cos_cache.data.ptr % align == 0 and sin_cache.data.ptr % align == 0)
 
 
 def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):

@@ -535,16 +535,45 @@ apply_rope(const T *x, T *out, const T *__restrict__ cos_t, const T *__restrict_
 // into [0, max_pos) so that no thread reads outside the caches; the adapter's caller has
 // checked them. Cache strides in elements: row (cr, sr) and column (cc, sc).
 
+// Two pairs per thread (vec != 0: feature and cache column strides 1, rows aligned): one
+// 2-element pack of each cache serves both halves (half layout) or is widened to the four
+// interleaved elements; the arithmetic is the pair-by-pair path's.
+template <typename T>
+__device__ __forceinline__ void rotate_cached_packs(const T *xr, T *orow, const T *crow,
+                                                    const T *srow, long long t, int half_rot,
+                                                    int layout, int inverse)
+{
+    const pack<T, 2> c = load_pack<T, 2>(crow + 2 * t), s = load_pack<T, 2>(srow + 2 * t);
+    if (layout == 0) {
+        const long long a = 2 * t, b = a + half_rot;
+        const pack<T, 2> xa = load_pack<T, 2>(xr + a), xb = load_pack<T, 2>(xr + b);
+        pack<T, 2> oa, ob;
+        rotate_in_packs<T, 2>(xa, xb, c, c, s, s, oa, ob, 0, 0, inverse);
+        rotate_in_packs<T, 2>(xa, xb, c, c, s, s, oa, ob, 1, 1, inverse);
+        store_pack<T, 2>(orow + a, oa);
+        store_pack<T, 2>(orow + b, ob);
+    } else {
+        const pack<T, 4> cv = {{c.v[0], c.v[0], c.v[1], c.v[1]}};
+        const pack<T, 4> sv = {{s.v[0], s.v[0], s.v[1], s.v[1]}};
+        const pack<T, 4> xv = load_pack<T, 4>(xr + 4 * t);
+        pack<T, 4> ov;
+        rotate_in_packs<T, 4>(xv, xv, cv, cv, sv, sv, ov, ov, 0, 1, inverse);
+        rotate_in_packs<T, 4>(xv, xv, cv, cv, sv, sv, ov, ov, 2, 3, inverse);
+        store_pack<T, 4>(orow + 4 * t, ov);
+    }
+}
+
 template <typename T, typename I>
 __global__ void __launch_bounds__(256)
 apply_rope_cached(const T *x, T *out, const T *__restrict__ cos_c, const T *__restrict__ sin_c,
                   const long long *__restrict__ ids, long long rows, long long n1, long long n2,
                   long long n3, strides4 xs, strides4 os, strides4 is, long long cr,
                   long long cc, long long sr, long long sc, long long max_pos, int half_rot,
-                  int copy_cols, int layout, int inverse, int chunk)
+                  int copy_cols, int layout, int inverse, int vec, int chunk)
 {
     typedef typename num<T>::acc acc;
     const I xsf = (I)xs.f, osf = (I)os.f;
+    const int rotated = vec ? half_rot / 2 : half_rot;
     ARRPOS_FOR_ROWS(r, rows) {
         const row_index<I> ix = row_of<I>(r, rows, n1, n2, n3);
         const T *xr = x + ix.offset(xs);
@@ -553,9 +582,11 @@ apply_rope_cached(const T *x, T *out, const T *__restrict__ cos_c, const T *__re
         id = id < 0 ? 0 : (id >= max_pos ? max_pos - 1 : id);
         const T *crow = cos_c + id * cr;
         const T *srow = sin_c + id * sr;
-        ARRPOS_FOR_ITEMS(jj, half_rot + copy_cols, chunk) {
+        ARRPOS_FOR_ITEMS(jj, rotated + copy_cols, chunk) {
             const I j = (I)jj;
-            if (j < half_rot) {
+            if (j < rotated && vec) {
+                rotate_cached_packs<T>(xr, orow, crow, srow, jj, half_rot, layout, inverse);
+            } else if (j < rotated) {
                 const I a = layout == 0 ? j : 2 * j;
                 const I b = layout == 0 ? a + half_rot : a + 1;
                 const acc c = num<T>::load(crow[j * cc]);
@@ -563,7 +594,7 @@ apply_rope_cached(const T *x, T *out, const T *__restrict__ cos_c, const T *__re
                 const acc s = inverse ? neg(s0) : s0;
                 rotate_pair<T, I>(xr, orow, a, b, xsf, osf, c, c, s, s);
             } else {
-                const I col = 2 * (I)half_rot + (j - half_rot);
+                const I col = 2 * (I)half_rot + (j - rotated);
                 orow[col * osf] = xr[col * xsf];
             }
         }
