@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compile the CUDA source shipped as package data (arrpos/_backends/rope.cu) with nvcc for
+# Compile the CUDA source shipped as package data (arrpos/_backends/kernels.cu) with nvcc for
 # sm_80 and sm_90, instantiating every kernel the CuPy adapter names (one list:
 # arrpos._backends._cupy.kernel_names(), which imports without CuPy), so that a syntax or
 # template error fails CI instead of a user's first GPU call. No GPU is needed.
@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 NVCC="${NVCC:-nvcc}"
 if ! command -v "$NVCC" >/dev/null 2>&1; then
-    echo "skip: nvcc not found; arrpos/_backends/rope.cu not compiled"
+    echo "skip: nvcc not found; arrpos/_backends/kernels.cu not compiled"
     exit 0
 fi
 
@@ -26,5 +26,5 @@ for arch in 80 90; do
         -Xcompiler -Wall,-Wextra,-Werror -Xptxas -Werror \
         -c "$tmp/instances.cu" -o "$tmp/rope_sm${arch}.o"
 done
-echo "nvcc $("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'): rope.cu compiled" \
+echo "nvcc $("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'): kernels.cu compiled" \
      "for sm_80 and sm_90, $(cat "$tmp/count") kernel instantiations"

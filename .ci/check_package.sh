@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packaging check (run by .ci/run, or alone: bash .ci/check_package.sh):
 #   1. python -m build: an sdist (with csrc/) and a wheel built from it (the extension compiled once)
-#   2. the wheel holds the extension, its .pyi stub, py.typed, rope.cu; the sdist holds csrc/
+#   2. the wheel holds the extension, its .pyi stub, py.typed, kernels.cu; the sdist holds csrc/
 #   3. the wheel installs into a fresh venv (numpy + array-api-compat from the index, no torch or
 #      matplotlib) and works there: import, a table, the CLI, a subset of tests run against the
 #      installed package (never the source tree)
@@ -37,8 +37,8 @@ want = ["arrpos/_backends/_cpu.*.so", "arrpos/_backends/_cpu.pyi", "arrpos/py.ty
         "arrpos/__main__.py", "arrpos/_cli.py", "arrpos/plot.py", "*.dist-info/entry_points.txt",
         "arrpos/_explore_page/page.html", "arrpos/_explore_page/explore.js",
         "arrpos/_explore_page/explore.css"]
-if (root / "arrpos/_backends/rope.cu").exists():
-    want.append("arrpos/_backends/rope.cu")
+if (root / "arrpos/_backends/kernels.cu").exists():
+    want.append("arrpos/_backends/kernels.cu")
 missing = [w for w in want if not fnmatch.filter(names, w)]
 stray = [n for n in names if n.startswith(("tests/", "csrc/", "benchmarks/"))]
 src = [n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n]

@@ -31,7 +31,7 @@ def _clear_caches():
     _cupy._MODULES.clear()
     _cupy._FUNCTIONS.clear()
     _cupy._SM_COUNT.clear()
-    _cupy._device_frequencies.cache_clear()
+    _cupy._FAILED.clear()
 
 
 @pytest.fixture
@@ -78,17 +78,19 @@ def test_sinusoid_table_matches_generic(cp, layout, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_sinusoid_table_odd_interleaved_width(cp, dtype):
-    """An odd width (keras-hub): whole pairs from the kernel, the last cosine dropped."""
+def test_sinusoid_odd_interleaved_width_in_the_kernel(cp, dtype):
+    """An odd interleaved width 2F - 1 (keras-hub): one launch writes whole pairs but the last
+    cosine, which falls outside the row; the rest equals the even table."""
     hi, lo = power_frequencies(5, 9, 10000.0)
     pos = np.array([0, 3, 70000], dtype=np.int64)
     got = _cupy.sinusoid_table(cp.asfake(pos), hi, lo, layout="interleaved", dtype=dtype,
                                width=9, xp=cp)
-    ref = _xp.sinusoid_table(pos, hi, lo, layout="interleaved", dtype=dtype, width=9, xp=npx)
-    assert got.shape == (3, 9) and ref.shape == (3, 9)
-    np.testing.assert_allclose(np.asarray(got), ref, rtol=0, atol=2 * _ulps(dtype))
+    ref = _xp.sinusoid_table(pos, hi, lo, layout="interleaved", dtype=dtype, width=10, xp=npx)
+    assert got.shape == (3, 9) and len(cp.launches) == 1
+    np.testing.assert_allclose(np.asarray(got), ref[:, :9], rtol=0, atol=2 * _ulps(dtype))
     with pytest.raises(ValueError, match="width"):
         _cupy.sinusoid_table(cp.asfake(pos), hi, lo, layout="split", dtype=dtype, width=9, xp=cp)
+
 
 def test_sinusoid_accuracy_to_2_24(cp):
     """Within 1e-12 (float64) of exact up to 2**24; the exact values come from decimals."""
@@ -145,14 +147,12 @@ def test_rope_cos_sin_matches_generic(cp, layout, dtype):
     np.testing.assert_array_equal(np.asarray(c2), np.asarray(cos))
 
 
-def test_rope_cos_sin_axes_take_generic(cp):
-    inv = np.array([1.0, 0.1, 0.01])
-    pos = np.array([[3, 4], [5, 6]])
-    cos, sin = _cupy.rope_cos_sin(pos, inv, layout="half", attention_factor=1.0, axes=(0, 1, 1),
-                                  dtype=np.float64, xp=npx)
-    rc, _ = _xp.rope_cos_sin(pos, inv, layout="half", attention_factor=1.0, axes=(0, 1, 1),
-                             dtype=np.float64, xp=npx)
-    np.testing.assert_array_equal(cos, rc)
+def test_rope_cos_sin_axes_are_declined(cp):
+    """Multimodal ``axes`` are the generic code's: the adapter declines them up front."""
+    inv = cp.asfake(np.array([1.0, 0.1, 0.01]))
+    pos = cp.asfake(np.array([[3, 4], [5, 6]]))
+    assert not _cupy.supports("rope_cos_sin", (pos, inv), axes=(0, 1, 1), dtype=np.float64)
+    assert _cupy.supports("rope_cos_sin", (pos, inv), axes=None, dtype=np.float64)
     assert not cp.launches
 
 
@@ -197,7 +197,7 @@ def test_apply_rope_broadcast_over_heads(cp, layout, inverse, rotary):
     np.testing.assert_allclose(np.asarray(got), ref, rtol=0, atol=1e-6)
     np.testing.assert_allclose(np.asarray(got), _rope_ref(x, c, s, layout, inverse), rtol=0,
                                atol=1e-6)
-    assert cp.launches[-1][0] == "arrpos::apply_rope<float>"
+    assert cp.launches[-1][0] == "arrpos::apply_rope<float, int>"
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
@@ -265,13 +265,24 @@ def test_apply_rope_overlapping_out_goes_through_a_temporary(cp):
     np.testing.assert_allclose(buf[1:], ref, rtol=0, atol=1e-14)
 
 
-def test_apply_rope_many_axes_takes_generic(cp):
+def _through_dispatch(monkeypatch, op, *args, arrays, **kwargs):
+    """``_dispatch.call`` with the CuPy adapter as the only candidate (the fake namespace is
+    not recognised as CuPy's): the adapter's refusals fall through to ``_xp``."""
+    from arrpos import _dispatch
+
+    monkeypatch.setattr(_dispatch, "candidates", lambda xp: (_cupy,))
+    return _dispatch.call(op, npx, *args, arrays=arrays, **kwargs)
+
+
+def test_apply_rope_many_axes_takes_generic(cp, monkeypatch):
     rng = np.random.default_rng(6)
-    x = rng.standard_normal((2, 3, 2, 3, 2, 4))
-    cos = rng.standard_normal((2, 1, 2, 1, 2, 4))  # alternating broadcast: 5 axes stay apart
-    sin = rng.standard_normal((2, 1, 2, 1, 2, 4))
-    got = _cupy.apply_rope(cp.asfake(x), cp.asfake(cos), cp.asfake(sin), layout="half",
-                           inverse=False, xp=npx)
+    x = cp.asfake(rng.standard_normal((2, 3, 2, 3, 2, 4)))
+    cos = cp.asfake(rng.standard_normal((2, 1, 2, 1, 2, 4)))  # alternating broadcast: 5 axes
+    sin = cp.asfake(rng.standard_normal((2, 1, 2, 1, 2, 4)))
+    with pytest.raises(_cupy.Unsupported, match="at most 4"):
+        _cupy.apply_rope(x, cos, sin, layout="half", inverse=False, xp=npx)
+    got = _through_dispatch(monkeypatch, "apply_rope", x, cos, sin, arrays=(x, cos, sin, None),
+                            layout="half", inverse=False, out=None)
     np.testing.assert_allclose(np.asarray(got), _rope_ref(x, cos, sin, "half", False), atol=1e-14)
     assert not cp.launches
 
@@ -333,7 +344,7 @@ def test_launch_shape(cp):
                          width=6, xp=cp)
     name, grid, block = cp.launches[-1]
     assert block == (4, 64)  # 3 frequencies per row -> 4 threads across, 64 rows per block
-    assert grid == (min(-(-1000 // 64), 32 * 2),)
+    assert grid == (min(-(-1000 // 64), 32 * 2), 1)  # enough row blocks: rows not split
 
 
 # ------------------------------------------------------------------------------------------
@@ -366,7 +377,7 @@ def test_torch_bridge_bfloat16_in_place(bridge, cp):
     assert x._version > version  # autograd told about the write
     want = torch.from_numpy(exact.astype(np.float32)).to(torch.bfloat16)
     assert torch.equal(x, want)
-    assert cp.launches[-1][0] == "arrpos::apply_rope<arrpos::bfloat16>"
+    assert cp.launches[-1][0] == "arrpos::apply_rope<arrpos::bfloat16, int>"
 
 
 def test_torch_bridge_tables_and_alibi(bridge, cp):
@@ -397,5 +408,475 @@ def test_torch_bridge_tables_and_alibi(bridge, cp):
 def test_torch_bridge_declines_cpu_and_grad_tensors(bridge):
     torch, tc = bridge
     x = torch.zeros(2, 8)
-    assert not tc.supports("apply_rope", x.dtype, (x, x, x))  # not CUDA
-    assert not tc.supports("apply_rope", x.dtype, ())  # device unknown without arrays
+    assert not tc.supports("apply_rope", (x, x, x, None))  # not CUDA
+    assert not tc.supports("apply_rope", ())  # device unknown without arrays
+
+
+# ------------------------------------------------------------------------------------------
+# apply_rope_cached and apply_rope_qk: every dtype, both layouts, partial rotary, in place
+
+
+# the generic code is the reference of every emulated kernel
+_TWINS = _xp
+
+
+def _expected(op, *arrays, **kwargs):
+    """The twin's result on float64 copies of the (real) arrays; integer ids as they are."""
+    args = [np.asarray(a, np.float64) if np.asarray(a).dtype.kind == "f" else np.asarray(a)
+            for a in arrays]
+    return getattr(_TWINS, op)(*args, xp=npx, **kwargs)
+
+
+# unit roundoff of the storage type and of the arithmetic (float32 for 16-bit storage)
+_ROUNDOFF = {"float16": (2**-11, 2**-24), "bfloat16": (2**-8, 2**-24),
+             "float32": (2**-24, 2**-24), "float64": (2**-53, 2**-53)}
+
+
+class _Stored:
+    """Values held in a dtype on the fake device: ``.dev`` (bfloat16 as int16 bits, as torch
+    hands it over) and ``.value`` (the stored values in float64)."""
+
+    def __init__(self, cp, values, dtype):
+        values = np.asarray(values)
+        if dtype == "bfloat16":
+            bits = _bf16_bits(values)
+            self.dev, self.value = cp.asfake(bits), _bf16_value(bits).astype(np.float64)
+        else:
+            stored = values.astype(dtype)
+            self.dev, self.value = cp.asfake(stored), stored.astype(np.float64)
+
+
+def _read(a, dtype):
+    a = np.asarray(a)
+    return _bf16_value(a).astype(np.float64) if dtype == "bfloat16" else a.astype(np.float64)
+
+
+def _assert_rounded_once(got, exact, dtype, scale):
+    """Within one rounding to the storage type of the exact value, plus the float arithmetic
+    before it (products of |x| <= scale with |cos|, |sin| <= 1)."""
+    store, arith = _ROUNDOFF[dtype]
+    bound = store * np.abs(exact) + 4 * arith * scale + (2**-24 if dtype == "float16" else 0)
+    bad = np.abs(got - exact) > bound
+    assert not bad.any(), (dtype, np.max(np.abs(got - exact)), np.argwhere(bad)[:5])
+
+
+def _caches(rng, max_pos, half, dtype, cp):
+    ang = rng.uniform(-6, 6, size=(max_pos, half))
+    return _Stored(cp, np.cos(ang), dtype), _Stored(cp, np.sin(ang), dtype)
+
+
+def _call_cached(cp, x, cc, sc, ids, dtype, *, layout, inverse, out=None):
+    if dtype == "bfloat16":  # torch's route: int16 bits, storage named
+        return _cupy._apply_rope_cached(x, cc, sc, ids, layout=layout, inverse=inverse,
+                                        out=out, storage="bfloat16")
+    return _cupy.apply_rope_cached(x, cc, sc, ids, layout=layout, inverse=inverse, xp=cp,
+                                   out=out)
+
+
+_DTYPES = ["float16", "bfloat16", "float32", "float64"]
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("inverse", [False, True])
+def test_apply_rope_cached_matches_twin(cp, dtype, layout, inverse):
+    rng = np.random.default_rng(10)
+    x = _Stored(cp, rng.uniform(-3, 3, size=(2, 5, 3, 12)), dtype)  # (batch, seq, heads, D)
+    cc, sc = _caches(rng, 40, 4, dtype, cp)  # R = 8 of D = 12: partial rotary
+    ids = np.array([[0, 1, 2, 3, 4], [17, 18, 19, 39, 5]])[:, :, None]  # per sequence
+    got = _call_cached(cp, x.dev, cc.dev, sc.dev, cp.asfake(ids), dtype, layout=layout,
+                       inverse=inverse)
+    exact = _expected("apply_rope_cached", x.value, cc.value, sc.value, ids, layout=layout,
+                      inverse=inverse)
+    assert got.shape == x.dev.shape and got.dtype == x.dev.dtype
+    _assert_rounded_once(_read(got, dtype), exact, dtype, 3.0)
+    np.testing.assert_array_equal(np.asarray(got)[..., 8:], np.asarray(x.dev)[..., 8:])
+    assert cp.launches[-1][0] == _cupy.kernel_name("apply_rope_cached", dtype, "int")
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_apply_rope_cached_in_place_heads_first(cp, dtype, layout):
+    """``(batch, heads, seq, D)`` through a transposed view, int32 ids ``(batch, 1, seq)``,
+    caches sliced from wider tables (row stride != R/2), rotated in place."""
+    rng = np.random.default_rng(11)
+    base = _Stored(cp, rng.uniform(-2, 2, size=(2, 6, 3, 10)), dtype)
+    x = base.dev.transpose(0, 2, 1, 3)  # (batch, heads, seq, D): strided
+    value = base.value.transpose(0, 2, 1, 3)
+    cwide, swide = _caches(rng, 30, 8, dtype, cp)
+    cc, sc = cwide.dev[:, :5], swide.dev[:, :5]  # R = 10 = D: full rotary
+    ids = rng.integers(0, 30, size=(2, 1, 6)).astype(np.int32)
+    exact = _expected("apply_rope_cached", value, cwide.value[:, :5], swide.value[:, :5], ids,
+                      layout=layout, inverse=False)
+    got = _call_cached(cp, x, cc, sc, cp.asfake(ids), dtype, layout=layout, inverse=False,
+                       out=x)
+    assert got is x
+    _assert_rounded_once(_read(base.dev, dtype).transpose(0, 2, 1, 3), exact, dtype, 2.0)
+
+
+def test_apply_rope_cached_equals_apply_rope_on_widened_tables(cp):
+    """Bit for bit: the same pair arithmetic as apply_rope on the gathered, widened tables."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((3, 4, 2, 8)).astype(np.float32)
+    cc = rng.uniform(-1, 1, (9, 4)).astype(np.float32)
+    sc = rng.uniform(-1, 1, (9, 4)).astype(np.float32)
+    ids = rng.integers(0, 9, size=(3, 4, 1))
+    for layout in ("half", "interleaved"):
+        c, s = cc[ids], sc[ids]
+        wide = (lambda t: np.concatenate([t, t], -1)) if layout == "half" else \
+            (lambda t: np.repeat(t, 2, -1))
+        direct = _cupy.apply_rope(cp.asfake(x), cp.asfake(wide(c)), cp.asfake(wide(s)),
+                                  layout=layout, inverse=False, xp=cp)
+        cached = _cupy.apply_rope_cached(cp.asfake(x), cp.asfake(cc), cp.asfake(sc),
+                                         cp.asfake(ids), layout=layout, inverse=False, xp=cp)
+        np.testing.assert_array_equal(np.asarray(cached), np.asarray(direct))
+
+
+def test_apply_rope_cached_errors(cp):
+    x = cp.asfake(np.zeros((2, 3, 8), np.float32))
+    c = cp.asfake(np.zeros((10, 4), np.float32))
+    ids = cp.asfake(np.zeros((2, 3), np.int64))
+    with pytest.raises(TypeError, match="position_ids"):
+        _cupy.apply_rope_cached(x, c, c, cp.asfake(np.zeros((2, 3))), layout="half",
+                                inverse=False, xp=cp)
+    with pytest.raises(ValueError, match="wider"):
+        _cupy.apply_rope_cached(x, cp.asfake(np.zeros((10, 5), np.float32)),
+                                cp.asfake(np.zeros((10, 5), np.float32)), ids, layout="half",
+                                inverse=False, xp=cp)
+    with pytest.raises(ValueError, match="broadcast"):
+        _cupy.apply_rope_cached(x, c, c, cp.asfake(np.zeros((4, 3), np.int64)), layout="half",
+                                inverse=False, xp=cp)
+    with pytest.raises(TypeError, match="cos_cache and sin_cache"):
+        _cupy.apply_rope_cached(x, cp.asfake(np.zeros((10, 4))), c, ids, layout="half",
+                                inverse=False, xp=cp)
+    assert not cp.launches
+
+
+def test_apply_rope_cached_clamps_ids_inside_the_cache(cp):
+    """An id the caller did not check never reads outside the caches (clamped, as JAX's
+    gather): the public function rejects such ids before dispatch."""
+    x = np.ones((1, 3, 4))
+    cc = np.array([[1.0, 1.0], [0.0, 0.0]])
+    sc = np.array([[0.0, 0.0], [1.0, 1.0]])
+    got = _cupy.apply_rope_cached(cp.asfake(x), cp.asfake(cc), cp.asfake(sc),
+                                  cp.asfake(np.array([[-5, 0, 99]])), layout="half",
+                                  inverse=False, xp=cp)
+    exact = _expected("apply_rope_cached", x, cc, sc, np.array([[0, 0, 1]]), layout="half",
+                      inverse=False)
+    np.testing.assert_array_equal(np.asarray(got), exact)
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_apply_rope_qk_matches_twin(cp, dtype, layout, in_place):
+    rng = np.random.default_rng(13)
+    q = _Stored(cp, rng.uniform(-3, 3, size=(2, 4, 5, 8)), dtype)  # (batch, heads, seq, D)
+    k = _Stored(cp, rng.uniform(-3, 3, size=(2, 2, 5, 8)), dtype)  # two kv heads (GQA)
+    ang = rng.uniform(-6, 6, size=(5, 3))
+    ang = np.concatenate([ang, ang], -1) if layout == "half" else np.repeat(ang, 2, -1)
+    cos, sin = _Stored(cp, np.cos(ang), dtype), _Stored(cp, np.sin(ang), dtype)  # R = 6 of 8
+    qe, ke = _expected("apply_rope_qk", q.value, k.value, cos.value, sin.value, layout=layout,
+                       inverse=False)
+    out = (q.dev, k.dev) if in_place else None
+    if dtype == "bfloat16":
+        got = tuple(_cupy._apply_rope(t, cos.dev, sin.dev, layout=layout, inverse=False,
+                                      out=o, storage="bfloat16")
+                    for t, o in zip((q.dev, k.dev), out or (None, None)))
+    else:
+        got = _cupy.apply_rope_qk(q.dev, k.dev, cos.dev, sin.dev, layout=layout,
+                                  inverse=False, xp=cp, out=out)
+    if in_place:
+        assert got[0] is q.dev and got[1] is k.dev
+    _assert_rounded_once(_read(got[0], dtype), qe, dtype, 3.0)
+    _assert_rounded_once(_read(got[1], dtype), ke, dtype, 3.0)
+
+
+def test_supports_new_ops(cp):
+    f32, f16 = np.zeros((2, 3, 8), np.float32), np.zeros((2, 3, 8), np.float16)
+    cache = cp.asfake(np.zeros((9, 4), np.float32))
+    ids = cp.asfake(np.zeros((2, 3), np.int64))
+    x = cp.asfake(f32)
+    assert _cupy.supports("apply_rope_cached", (x, cache, cache, ids, None))
+    assert not _cupy.supports("apply_rope_cached", (x, cache, cache, cp.asfake(np.zeros((2, 3))),
+                                                    None))  # float ids
+    assert not _cupy.supports("apply_rope_cached",
+                              (cp.asfake(f16), cache, cache, ids, None))  # mixed dtypes
+    assert _cupy.supports("apply_rope_qk", (x, x, x, x, None, None))
+    assert not _cupy.supports("apply_rope_qk", (x, cp.asfake(f16), x, x, None, None))
+
+
+# ------------------------------------------------------------------------------------------
+# review findings: compile failures, graph safety, FTZ, launch shape, offsets
+
+
+def test_compile_failure_warns_once_and_declines(cp, monkeypatch):
+    """NVRTC missing (a driver-only machine) or any build error: one RuntimeWarning, the call
+    goes to the generic code, and later calls are declined up front."""
+
+    class DynamicLibNotFoundError(RuntimeError):  # what CuPy raises without NVRTC
+        pass
+
+    cp.compile_error = DynamicLibNotFoundError("libnvrtc.so.12: cannot open shared object")
+    rng = np.random.default_rng(14)
+    x, cos, sin = (cp.asfake(rng.standard_normal((3, 8))) for _ in range(3))
+    arrays = (x, cos, sin, None)
+    assert _cupy.supports("apply_rope", arrays)
+    with pytest.warns(RuntimeWarning, match="DynamicLibNotFoundError.*generic"):
+        got = _through_dispatch(monkeypatch, "apply_rope", x, cos, sin, arrays=arrays,
+                                layout="half", inverse=False, out=None)
+    np.testing.assert_allclose(np.asarray(got), _rope_ref(x, cos, sin, "half", False),
+                               atol=1e-15)
+    assert "DynamicLibNotFoundError" in _cupy.module_failure(0)
+    assert not _cupy.supports("apply_rope", arrays)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning
+        again = _through_dispatch(monkeypatch, "apply_rope", x, cos, sin, arrays=arrays,
+                                  layout="half", inverse=False, out=None)
+        with pytest.raises(_cupy.Unsupported):  # called directly: declined, not retried
+            _cupy.apply_rope(x, cos, sin, layout="half", inverse=False, xp=cp)
+    np.testing.assert_array_equal(np.asarray(again), np.asarray(got))
+    assert cp.modules_built == 1 and not cp.launches
+
+
+def test_sinusoid_frequencies_travel_by_value(cp):
+    """More frequencies than one parameter block (192): several launches, each with its block
+    as a by-value structure, no device array of frequencies; padding columns zero."""
+    hi, lo = power_frequencies(200, 400, 10000.0)
+    pos = np.array([0, 3, 1000, 2**20])
+    got = _cupy.sinusoid_table(cp.asfake(pos), hi, lo, layout="interleaved", dtype=np.float64,
+                               width=404, xp=cp)
+    ref = _xp.sinusoid_table(pos, hi, lo, layout="interleaved", dtype=np.float64, width=404,
+                             xp=npx)
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=0, atol=1e-15)
+    assert not np.asarray(got)[:, 400:].any()
+    assert [name for name, _, _ in cp.launches] == ["arrpos::sinusoid_table<double>"] * 2
+
+
+def test_no_device_copies_or_synchronisation(cp, monkeypatch):
+    """Graph-capture safety: no call uploads host data or synchronises a stream."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a host-to-device copy or a synchronisation")
+
+    monkeypatch.setattr(cp.cuda, "get_current_stream", forbidden, raising=False)
+    monkeypatch.setattr(cp, "asarray", lambda a, dtype=None: (
+        cp.asfake(np.asarray(a, dtype=dtype)) if isinstance(a, cuda_emulation.FakeArray)
+        else forbidden()))
+    hi, lo = power_frequencies(4, 8, 10000.0)
+    pos = cp.asfake(np.arange(6))
+    _cupy.sinusoid_table(pos, hi, lo, layout="split", dtype=np.float32, width=8, xp=cp)
+    _cupy.rope_cos_sin(pos, cp.asfake(np.array([1.0, 0.1])), layout="half",
+                       attention_factor=1.0, axes=None, dtype=np.float32, xp=cp)
+    x = cp.asfake(np.ones((6, 4)))
+    _cupy.apply_rope_cached(x, cp.asfake(np.ones((6, 2))), cp.asfake(np.zeros((6, 2))), pos,
+                            layout="half", inverse=False, xp=cp)
+    _cupy.alibi_bias(cp.asfake(np.array([0.5])), 2, 3, mode="causal", query_offset=None,
+                     dtype=np.float32, xp=cp)
+    assert len(cp.launches) == 4
+
+
+def test_bfloat16_subnormals_are_kept(cp):
+    """bfloat16 subnormals are float32 subnormals: the kernels' float arithmetic does not flush
+    them (explicit non-.ftz PTX on the GPU; .ci/check_nvrtc.sh checks the PTX)."""
+    tiny = np.array([2.0**-133, -(2.0**-130), 2.0**-127, 3 * 2.0**-128], dtype=np.float32)
+    x = cp.asfake(_bf16_bits(np.tile(tiny, (2, 1))))
+    one, zero = (cp.asfake(_bf16_bits(np.full((2, 4), v, np.float32))) for v in (1.0, 0.0))
+    out = cp.empty(x.shape, np.int16)
+    _cupy._apply_rope(x, one, zero, layout="half", inverse=False, out=out, storage="bfloat16")
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(x))
+    assert (_bf16_value(np.asarray(out)) != 0).all()
+
+
+def test_wide_short_rows_split_across_blocks(cp):
+    """An ALiBi decode row (one query, many keys, few heads) is split into column chunks over
+    the grid's y axis; the result is unchanged."""
+    slopes = np.array([0.5, 0.03125])
+    got = _cupy.alibi_bias(cp.asfake(slopes), 1, 3000, mode="causal", query_offset=None,
+                           dtype=np.float32, xp=cp)
+    ref = _xp.alibi_bias(slopes, 1, 3000, mode="causal", query_offset=2999, dtype=np.float32,
+                         xp=npx)
+    np.testing.assert_array_equal(np.asarray(got), ref)
+    _, grid, block = cp.launches[-1]
+    assert grid[1] > 1 and block[0] == 32
+
+
+def test_launch_shape_covers_every_item_once():
+    for rows, items, sms in [(1, 32768, 132), (32, 32768, 132), (10**6, 64, 132), (3, 5, 2),
+                             (1, 1, 1), (7, 10**6, 8)]:
+        (gx, gy), (bx, by), chunk = _cupy.launch_shape(rows, items, sms)
+        assert bx * by <= 256 and chunk % bx == 0 and gy <= 65535
+        assert (gy - 1) * chunk < items <= gy * chunk  # chunks tile the row, none empty
+        assert gx * by >= min(rows, 32 * sms * by)
+
+
+@pytest.mark.parametrize("op", ["apply_rope", "apply_rope_cached"])
+def test_64_bit_offset_instantiation(cp, monkeypatch, op):
+    """The long long instantiation (taken when an offset reaches 2**31) gives the same bits."""
+    rng = np.random.default_rng(15)
+    x = cp.asfake(rng.standard_normal((3, 4, 8)).astype(np.float32))
+    cc, sc = (cp.asfake(rng.uniform(-1, 1, (6, 4)).astype(np.float32)) for _ in range(2))
+    ids = cp.asfake(rng.integers(0, 6, size=(3, 4)))
+    if op == "apply_rope":
+        args = (x, cp.asfake(np.asarray(cc)[np.asarray(ids)].repeat(2, -1)),
+                cp.asfake(np.asarray(sc)[np.asarray(ids)].repeat(2, -1)))
+    else:
+        args = (x, cc, sc, ids)
+    narrow = getattr(_cupy, op)(*args, layout="interleaved", inverse=False, xp=cp)
+    monkeypatch.setattr(_cupy, "_INT_OFFSETS_BELOW", 0)
+    wide = getattr(_cupy, op)(*args, layout="interleaved", inverse=False, xp=cp)
+    assert [n for n, _, _ in cp.launches] == [_cupy.kernel_name(op, "float32", "int"),
+                                              _cupy.kernel_name(op, "float32", "long long")]
+    np.testing.assert_array_equal(np.asarray(wide), np.asarray(narrow))
+
+
+def test_torch_bridge_cached_and_qk_bfloat16(bridge, cp):
+    """torch bfloat16 through the bridge: the caches gathered in the kernel; q and k (fewer
+    heads) rotated in place with one export of the tables."""
+    torch, tc = bridge
+    g = torch.Generator().manual_seed(1)
+    x = (torch.rand(2, 5, 3, 8, generator=g) * 4 - 2).to(torch.bfloat16)
+    ang = torch.rand(16, 4, generator=g, dtype=torch.float64) * 12 - 6
+    cc, sc = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+    ids = torch.tensor([[0, 1, 2, 3, 4], [9, 10, 11, 12, 15]])[:, :, None]
+    got = tc.apply_rope_cached(x, cc, sc, ids, layout="interleaved", inverse=False, xp=None)
+    exact = _expected("apply_rope_cached", x.double().numpy(), cc.double().numpy(),
+                      sc.double().numpy(), ids.numpy(), layout="interleaved", inverse=False)
+    assert got.dtype == torch.bfloat16 and got.shape == x.shape
+    _assert_rounded_once(got.double().numpy(), exact, "bfloat16", 2.0)
+    assert cp.launches[-1][0] == "arrpos::apply_rope_cached<arrpos::bfloat16, int>"
+
+    q = (torch.rand(1, 4, 5, 8, generator=g) * 4 - 2).to(torch.bfloat16)
+    k = (torch.rand(1, 2, 5, 8, generator=g) * 4 - 2).to(torch.bfloat16)
+    full = torch.cat([ang[:5], ang[:5]], dim=-1)
+    cos, sin = full.cos().to(torch.bfloat16), full.sin().to(torch.bfloat16)
+    qe, ke = _expected("apply_rope_qk", q.double().numpy(), k.double().numpy(),
+                       cos.double().numpy(), sin.double().numpy(), layout="half", inverse=False)
+    qv, kv = q._version, k._version
+    qr, kr = tc.apply_rope_qk(q, k, cos, sin, layout="half", inverse=False, xp=None,
+                              out=(q, k))
+    assert qr is q and kr is k and q._version > qv and k._version > kv
+    _assert_rounded_once(q.double().numpy(), qe, "bfloat16", 2.0)
+    _assert_rounded_once(k.double().numpy(), ke, "bfloat16", 2.0)
+
+
+def test_torch_bridge_declines_after_a_compile_failure(bridge, cp, monkeypatch):
+    torch, tc = bridge
+    x = torch.zeros(2, 8)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(tc, "cupy_available", lambda: True)
+    arrays = (x, x, x, None)
+    assert tc.supports("apply_rope", arrays)
+    assert tc.supports("apply_rope_qk", (x, x, x, x, None, None))
+    assert not tc.supports("apply_rope_qk", (x, x.double(), x, x, None, None))
+    _cupy._FAILED[x.device.index] = "CompileException: simulated"
+    assert not tc.supports("apply_rope", arrays)
+
+
+@pytest.mark.parametrize("op, signature", [
+    ("apply_rope_cached",
+     "(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None)"),
+    ("apply_rope_qk", "(q, k, cos, sin, *, layout, inverse, xp, out=None)"),
+])
+def test_new_ops_have_the_generic_signatures(op, signature):
+    import inspect
+
+    from arrpos._backends import _torch_cuda
+
+    for mod in (_cupy, _torch_cuda):
+        assert str(inspect.signature(getattr(mod, op))) == signature
+    if hasattr(_xp, op):  # the generic twin, once merged
+        assert str(inspect.signature(getattr(_xp, op))) == signature
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_vector_path_gives_the_scalar_bits(cp, monkeypatch, dtype, layout):
+    """Two pairs per thread through aligned packs (feature stride 1, aligned rows) computes
+    exactly what the pair-by-pair path computes: broadcast tables, partial rotary, in place."""
+    rng = np.random.default_rng(16)
+    x = _Stored(cp, rng.uniform(-3, 3, size=(2, 6, 3, 16)), dtype)
+    ang = rng.uniform(-6, 6, size=(6, 6))
+    ang = np.concatenate([ang, ang], -1) if layout == "half" else np.repeat(ang, 2, -1)
+    cos, sin = _Stored(cp, np.cos(ang)[:, None], dtype), _Stored(cp, np.sin(ang)[:, None], dtype)
+
+    def run(out=None, inverse=False):
+        if dtype == "bfloat16":
+            return _cupy._apply_rope(x.dev, cos.dev, sin.dev, layout=layout, inverse=inverse,
+                                     out=out, storage="bfloat16")
+        return _cupy.apply_rope(x.dev, cos.dev, sin.dev, layout=layout, inverse=inverse,
+                                xp=cp, out=out)
+
+    fast = np.asarray(run()).copy()
+    assert cuda_emulation.FakeKernel.last_args[-2] == 1  # vec
+    back = np.asarray(run(inverse=True)).copy()
+    monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", False)
+    slow = np.asarray(run()).copy()
+    assert cuda_emulation.FakeKernel.last_args[-2] == 0
+    np.testing.assert_array_equal(fast, slow)
+    np.testing.assert_array_equal(back, np.asarray(run(inverse=True)))
+    monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", True)
+    run(out=x.dev)  # in place, vector path
+    np.testing.assert_array_equal(np.asarray(x.dev), slow)
+    exact = _rope_ref(x.value, cos.value, sin.value, layout, False)
+    _assert_rounded_once(_read(slow, dtype), exact, dtype, 3.0)
+
+
+def test_vector_path_declined_when_misaligned(cp):
+    rng = np.random.default_rng(17)
+    buf = rng.standard_normal((4, 17)).astype(np.float32)
+    x = cp.asfake(buf)[:, 1:]  # rows start one float past 8-byte alignment
+    c = cp.asfake(np.ones((4, 16), np.float32))
+    s = cp.asfake(np.zeros((4, 16), np.float32))
+    got = _cupy.apply_rope(x, c, s, layout="half", inverse=False, xp=cp)
+    assert cuda_emulation.FakeKernel.last_args[-2] == 0
+    np.testing.assert_array_equal(np.asarray(got), buf[:, 1:])
+    _cupy.apply_rope(cp.asfake(buf[:, :16].copy()), c, s, layout="half", inverse=False, xp=cp)
+    assert cuda_emulation.FakeKernel.last_args[-2] == 1
+
+
+def test_bfloat16_rounding_bound_is_2_pow_minus_8(cp):
+    """bfloat16 keeps 8 significant bits: a correctly rounded result is within 2**-8 relative
+    of exact, and many results are further than 2**-9 from it (the review's finding 1)."""
+    rng = np.random.default_rng(18)
+    x = _Stored(cp, rng.standard_normal((50, 4, 128)), "bfloat16")
+    ang = rng.uniform(-6, 6, size=(50, 1, 64))
+    ang = np.concatenate([ang, ang], -1)
+    cos, sin = _Stored(cp, np.cos(ang), "bfloat16"), _Stored(cp, np.sin(ang), "bfloat16")
+    out = cp.empty(x.dev.shape, np.int16)
+    _cupy._apply_rope(x.dev, cos.dev, sin.dev, layout="half", inverse=False, out=out,
+                      storage="bfloat16")
+    got = _read(out, "bfloat16")
+    exact = _rope_ref(x.value, cos.value, sin.value, "half", False)
+    rel = np.abs(got - exact) / np.abs(exact)
+    assert (rel <= 2**-8 * 1.01).all()
+    assert (rel > 2**-9).sum() > 1000  # out of 25,600: a 2**-9 bound would fail
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_cached_vector_path_gives_the_scalar_bits(cp, monkeypatch, dtype, layout):
+    """apply_rope_cached's two-pairs-per-thread path (one cache pack per two pairs) computes
+    what its pair-by-pair path computes, partial rotary and in place included."""
+    rng = np.random.default_rng(19)
+    x = _Stored(cp, rng.uniform(-3, 3, size=(2, 5, 3, 16)), dtype)
+    cc, sc = _caches(rng, 20, 6, dtype, cp)  # R = 12 of 16
+    ids = cp.asfake(rng.integers(0, 20, size=(2, 5, 1)))
+
+    def run(out=None, inverse=False):
+        return np.asarray(_call_cached(cp, x.dev, cc.dev, sc.dev, ids, dtype, layout=layout,
+                                       inverse=inverse, out=out)).copy()
+
+    fast, back = run(), run(inverse=True)
+    assert cuda_emulation.FakeKernel.last_args[-2] == 1  # vec
+    monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", False)
+    np.testing.assert_array_equal(fast, run())
+    assert cuda_emulation.FakeKernel.last_args[-2] == 0
+    np.testing.assert_array_equal(back, run(inverse=True))
+    monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", True)
+    run(out=x.dev)
+    np.testing.assert_array_equal(np.asarray(x.dev), fast)
+    exact = _expected("apply_rope_cached", x.value, cc.value, sc.value, np.asarray(ids),
+                      layout=layout, inverse=False)
+    _assert_rounded_once(_read(fast, dtype), exact, dtype, 3.0)

@@ -1,4 +1,4 @@
-"""The GPU path: CuPy arrays and CUDA torch tensors on the kernels of ``rope.cu``.
+"""The GPU path: CuPy arrays and CUDA torch tensors on the kernels of ``kernels.cu``.
 
 Tests that need a GPU skip cleanly without one (``get_backend("cupy")``); the packaging and
 bookkeeping tests at the top run everywhere. The same kernels run on the CPU in
@@ -22,7 +22,7 @@ from conftest import get_backend
 
 
 def test_cuda_source_is_shipped():
-    res = importlib.resources.files("arrpos._backends").joinpath("rope.cu")
+    res = importlib.resources.files("arrpos._backends").joinpath("kernels.cu")
     assert res.is_file()
     assert res.read_text() == _cupy.cuda_source()
     import pathlib
@@ -36,14 +36,15 @@ def test_cuda_source_is_shipped():
 
 def test_name_list_covers_every_kernel_template():
     src = _cupy.cuda_source()
-    kernels = set(re.findall(r"template\s*<typename T>\s*__global__\s+void\s+"
+    kernels = set(re.findall(r"template\s*<typename T(?:,\s*typename I)?>\s*__global__\s+void\s+"
                              r"(?:__launch_bounds__\(\d+\)\s+)?(\w+)\s*\(", src))
     assert kernels == set(_cupy.KERNEL_DTYPES)
     names = _cupy.kernel_names()
     assert len(names) == len(set(names))
     for k, dtypes in _cupy.KERNEL_DTYPES.items():
         for d in dtypes:
-            assert _cupy.kernel_name(k, d) in names
+            for index in _cupy._INDEXED.get(k, (None,)):
+                assert _cupy.kernel_name(k, d, index) in names
     code = re.sub(r"//[^\n]*", "", src)  # comments may name what the code must not do
     assert not re.search(r'extern\s+"C"', code)
     assert not re.search(r"^\s*#\s*include", code, flags=re.M)  # NVRTC has no host headers
@@ -57,6 +58,33 @@ def test_angle_constants_match_generic_code():
                         ("INV_2PI", _xp._INV_2PI)]:
         m = re.search(rf"#define ARRPOS_{name} (\S+)", src)
         assert m and float(m.group(1)) == value, name
+
+
+def test_parameter_structures_match_the_source():
+    """The by-value structures: block size and field order as kernels.cu declares them (the
+    emulator also checks their sizes against the compiled C++)."""
+    src = _cupy.cuda_source()
+    m = re.search(r"#define ARRPOS_FREQ_BLOCK (\d+)", src)
+    assert m and int(m.group(1)) == _cupy.FREQ_BLOCK
+    assert re.search(r"struct freq_block \{\s*double hi\[ARRPOS_FREQ_BLOCK\];\s*"
+                     r"double lo\[ARRPOS_FREQ_BLOCK\];\s*\};", src)
+    assert _cupy._FREQ_DTYPE.names == ("hi", "lo") and _cupy._FREQ_DTYPE.itemsize == 16 * 192
+    fields = re.search(r"struct strides4 \{[^\n]*\n\s*long long ([^;]*);", src).group(1)
+    assert tuple(f.strip() for f in fields.split(",")) == _cupy._STRIDES_FIELDS
+    # the largest parameter list stays within the 4 KiB every driver accepts
+    assert _cupy._FREQ_DTYPE.itemsize + 128 <= 4096
+
+
+def test_exact_split_is_not_left_to_the_compiler():
+    """The angle split uses explicit round-to-nearest intrinsics: no compiler may contract
+    p * w_hi into the reduction (finding 5 of the review)."""
+    src = _cupy.cuda_source()
+    body = src[src.index("void exact_sincos("):]
+    body = body[:body.index("\n}\n")]
+    code = re.sub(r"//[^\n]*", "", body.split("{", 1)[1])
+    assert "__dmul_rn(p, w_hi)" in code and "__fma_rn(p, w_hi, -big)" in code
+    # no bare arithmetic operator between operands outside the intrinsics' arguments
+    assert not re.search(r"\w\s*[*+]\s*\w", code.replace("double *", ""))
 
 
 def test_import_needs_no_cupy():
@@ -252,7 +280,10 @@ def test_kernels_follow_the_current_stream(cpb):
     x = _rand(cp, (4, 256, 8, 64), cp.float32)
     cos, sin = _tables(cp, 256, 64, cp.float32)
     ref = arrpos.apply_rope(x, cos[:, None], sin[:, None])
-    s = cp.cuda.Stream(non_blocking=True)
+    made = cp.cuda.Event()
+    made.record()  # x, cos, sin, ref were made on the legacy stream
+    s = cp.cuda.Stream(non_blocking=True)  # does not wait for the legacy stream by itself
+    s.wait_event(made)
     with s:
         out = cp.empty_like(x)
         arrpos.apply_rope(x, cos[:, None], sin[:, None], out=out)
@@ -289,9 +320,13 @@ def test_torch_cuda_takes_kernels_zero_copy(torch_cuda, dtype):
     ptr = x.data_ptr()
     got = arrpos.apply_rope(x, c, s, out=x)
     assert got is x and x.data_ptr() == ptr and x.dtype == dt and x.is_cuda
-    # 16-bit: the products are exact in float32, so one rounding of the exact value;
-    # float32: rounding of the products too (no relative bound under cancellation)
-    rel = {"float32": 2**-24, "bfloat16": 2**-9, "float16": 2**-11}[dtype]
+    # 16-bit: each pair is fma(xa, ca, -(xb sa)) in float32 with an exact product (11 x 11
+    # bits at most), rounded to float32 and then to the storage type. A correctly rounded
+    # value is within half an ulp: 2**-11 relative for float16 (11 significant bits), 2**-8
+    # for bfloat16 (8 significant bits); the float32 rounding before it adds at most 2**-24
+    # relative, inside the 1.01. float32: rounding of the products too (no relative bound
+    # under cancellation, hence the atol).
+    rel = {"float32": 2**-24, "bfloat16": 2**-8, "float16": 2**-11}[dtype]
     atol = {"float32": 2e-6, "bfloat16": 0.0, "float16": 2**-24}[dtype]
     assert bool(((x.double() - exact).abs() <= exact.abs() * rel * 1.01 + atol).all())
 
@@ -328,3 +363,139 @@ def test_torch_cuda_tables_and_alibi(torch_cuda):
     exact = arrpos.alibi_bias(slopes.double().cpu().numpy(), 4, 16)
     assert bias.is_cuda and bias.dtype == torch.bfloat16
     np.testing.assert_allclose(bias.double().cpu().numpy(), exact, rtol=2**-8, atol=0)
+
+
+# ------------------------------------------------------------------------------------------
+# apply_rope_cached / apply_rope_qk on a GPU (emulated in tests/test_cuda_emulated.py)
+
+
+def _widen(t, layout):
+    return np.concatenate([t, t], -1) if layout == "half" else np.repeat(t, 2, -1)
+
+
+def _rope64(x, cos, sin, layout):
+    """float64 pair-by-pair reference on the host."""
+    x = np.asarray(x, np.float64)
+    r = cos.shape[-1]
+    cos = np.broadcast_to(cos, x.shape[:-1] + (r,))
+    sin = np.broadcast_to(sin, x.shape[:-1] + (r,))
+    out = x.copy()
+    h = r // 2
+    for j in range(h):
+        a, b = (j, j + h) if layout == "half" else (2 * j, 2 * j + 1)
+        out[..., a] = x[..., a] * cos[..., a] - x[..., b] * sin[..., a]
+        out[..., b] = x[..., b] * cos[..., b] + x[..., a] * sin[..., b]
+    return out
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("dtype, rel", [("float16", 2**-11), ("float32", 2**-24),
+                                        ("float64", 2**-53)])
+def test_apply_rope_cached_on_gpu(cpb, layout, dtype, rel):
+    cp = cpb.module
+    rng = np.random.default_rng(20)
+    x = rng.uniform(-2, 2, size=(2, 7, 4, 128)).astype(dtype)
+    ang = rng.uniform(-6, 6, size=(300, 48))  # R = 96 of 128
+    cc, sc = np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+    ids = rng.integers(0, 300, size=(2, 7, 1))
+    got = _cupy.apply_rope_cached(cp.asarray(x), cp.asarray(cc), cp.asarray(sc),
+                                  cp.asarray(ids), layout=layout, inverse=False, xp=None)
+    i = np.broadcast_to(ids, x.shape[:-1])
+    exact = _rope64(x, _widen(cc[i].astype(np.float64), layout),
+                    _widen(sc[i].astype(np.float64), layout), layout)
+    err = np.abs(cp.asnumpy(got).astype(np.float64) - exact)
+    assert (err <= np.abs(exact) * rel * 1.01 + 8 * 2.0**-24).all()
+
+
+def test_apply_rope_qk_on_gpu_in_place(cpb):
+    cp = cpb.module
+    rng = np.random.default_rng(21)
+    q = cp.asarray(rng.standard_normal((2, 8, 33, 64)))
+    k = cp.asarray(rng.standard_normal((2, 2, 33, 64)))
+    cos, sin = _tables(cp, 33, 64, cp.float64)
+    qe = _rope64(cp.asnumpy(q), cp.asnumpy(cos), cp.asnumpy(sin), "half")
+    ke = _rope64(cp.asnumpy(k), cp.asnumpy(cos), cp.asnumpy(sin), "half")
+    got = _cupy.apply_rope_qk(q, k, cos, sin, layout="half", inverse=False, xp=None,
+                              out=(q, k))
+    assert got[0] is q and got[1] is k
+    assert np.max(np.abs(cp.asnumpy(q) - qe)) <= 1e-14
+    assert np.max(np.abs(cp.asnumpy(k) - ke)) <= 1e-14
+
+
+def test_cupy_graph_capture(cpb):
+    """After the module is built (any first call), the first call with a new frequency set
+    and the apply kernels are capturable: launches only, no copy, no synchronisation."""
+    cp = cpb.module
+    from arrpos._exact import power_frequencies
+
+    pos = cp.arange(64, dtype=cp.float64)
+    out = cp.empty((64, 96), cp.float32)
+    x = _rand(cp, (64, 2, 96), cp.float32)
+    cos, sin = _tables(cp, 64, 96, cp.float32)
+    y = cp.empty_like(x)
+    _cupy.apply_rope(x, cos[:, None], sin[:, None], layout="half", inverse=False, xp=None,
+                     out=y)  # builds the module
+    cp.cuda.Device().synchronize()
+    hi, lo = power_frequencies(48, 96, 12345.0)  # a frequency set not seen before
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        _cupy.sinusoid_table(pos, hi, lo, layout="split", dtype=cp.float32, width=96,
+                             xp=None, out=out)
+        _cupy.apply_rope(x, cos[:, None], sin[:, None], layout="half", inverse=False, xp=None,
+                         out=y)
+        graph = s.end_capture()
+    out[...] = 0
+    y[...] = 0
+    graph.launch(stream=s)
+    s.synchronize()
+    ref = _xp.sinusoid_table(pos, hi, lo, layout="split", dtype=cp.float32, width=96, xp=cpb.xp)
+    assert float(cp.max(cp.abs(out - ref))) <= 2.4e-7
+    ref = arrpos.apply_rope(x, cos[:, None], sin[:, None])
+    assert float(cp.max(cp.abs(y - ref))) <= 1e-6
+
+
+def test_torch_cuda_graph_capture(torch_cuda):
+    torch = torch_cuda
+    from arrpos._backends import _torch_cuda
+
+    x = torch.randn(4, 64, 8, 64, device="cuda")
+    inv, _ = arrpos.rope_frequencies(64, xp=torch, device=x.device)
+    cos, sin = arrpos.rope_cos_sin(torch.arange(64, device="cuda"), inv)
+    c, s = cos[:, None], sin[:, None]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up, as torch.cuda.graph asks: builds the module
+        arrpos.apply_rope(x, c, s)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = _torch_cuda.apply_rope(x, c, s, layout="half", inverse=False, xp=None)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = arrpos.apply_rope(x, c, s)
+    torch.testing.assert_close(y, ref, rtol=0, atol=1e-5)
+
+
+def test_compile_failure_falls_back_on_gpu(cpb, monkeypatch):
+    """A module that cannot be built (here: RawModule made to fail) warns once; the call runs
+    the generic code on the GPU and later calls are declined up front."""
+    cp, xp = cpb.module, cpb.xp
+    if _no_ext():
+        pytest.skip("kernels disabled")
+
+    def broken(**kwargs):
+        raise RuntimeError("simulated NVRTC failure")
+
+    monkeypatch.setattr(_cupy, "_MODULES", {})
+    monkeypatch.setattr(_cupy, "_FUNCTIONS", {})
+    monkeypatch.setattr(_cupy, "_FAILED", {})
+    monkeypatch.setattr(cp, "RawModule", broken)
+    x = _rand(cp, (5, 2, 8), cp.float32)
+    cos, sin = _tables(cp, 5, 8, cp.float32)
+    with pytest.warns(RuntimeWarning, match="simulated NVRTC failure"):
+        got = arrpos.apply_rope(x, cos[:, None], sin[:, None])
+    ref = _xp.apply_rope(x, cos[:, None], sin[:, None], layout="half", inverse=False, xp=xp)
+    assert float(cp.max(cp.abs(got - ref))) == 0.0
+    assert _impl("apply_rope", xp, x.dtype, x, cos[:, None], sin[:, None]) == "_xp"

@@ -1,22 +1,27 @@
-"""CuPy adapter around the CUDA kernels of ``rope.cu``.
+"""CuPy adapter around the CUDA kernels of ``kernels.cu``.
 
 Same function names and signatures as ``_xp`` (``sinusoid_table``, ``rope_cos_sin``,
-``apply_rope``, ``alibi_bias``): this module checks shapes, dtypes, devices and strides,
-allocates outputs, and launches the kernels on CuPy's current stream (``RawKernel`` launches
-there). The kernels are C++ templates compiled on first use by ``cupy.RawModule`` with
-``name_expressions`` and memoised per device id.
+``apply_rope``, ``apply_rope_cached``, ``apply_rope_qk``, ``alibi_bias``): this module checks
+shapes, dtypes, devices and strides, allocates outputs, and launches the kernels on CuPy's
+current stream (``RawKernel`` launches there). The kernels are C++ templates compiled on first
+use by ``cupy.RawModule`` from :func:`module_spec` and memoised per device id. A module that
+cannot be built (NVRTC missing on a driver-only machine, a compiler error) is remembered per
+device with one warning: :func:`supports` then declines, and the dispatcher runs ``_xp``.
+
+No call copies host data to the device or synchronises: sinusoid frequencies travel by value
+in the kernel parameters, so every launch is legal inside CUDA graph capture.
 
 CuPy itself is imported lazily, inside the functions: this module (and the list of kernel
-instantiations that ``.ci/check_nvcc.sh`` compiles with nvcc) imports without CuPy or a GPU.
-``arrpos._dispatch`` imports it only when a CuPy array (or a CUDA tensor) arrives.
+instantiations that ``.ci/check_nvrtc.sh`` and ``.ci/check_nvcc.sh`` compile) imports without
+CuPy or a GPU. ``arrpos._dispatch`` imports it only when a CuPy array (or a CUDA tensor) arrives.
 """
 from __future__ import annotations
 
-import functools
 import math
 import operator
 import pathlib
 import threading
+import warnings
 from typing import Any
 
 import numpy as np
@@ -24,63 +29,93 @@ import numpy as np
 from . import Unsupported
 
 __all__ = [
+    "FREQ_BLOCK",
     "KERNEL_DTYPES",
+    "OP_DTYPES",
+    "OPTIONS",
     "Unsupported",
     "alibi_bias",
     "apply_rope",
+    "apply_rope_cached",
+    "apply_rope_qk",
     "cuda_source",
     "instantiation_source",
     "kernel_name",
     "kernel_names",
+    "module_failure",
+    "module_spec",
     "rope_cos_sin",
     "sinusoid_table",
     "supports",
 ]
 
-SOURCE_PATH = pathlib.Path(__file__).with_name("rope.cu")
-# NVRTC options. No fast math: the exact angle reduction relies on IEEE double arithmetic.
+SOURCE_PATH = pathlib.Path(__file__).with_name("kernels.cu")
+# NVRTC options (CuPy appends -ftz=true and the architecture). No fast math: the exact angle
+# reduction relies on IEEE double arithmetic.
 OPTIONS = ("--std=c++17",)
 
 # The one list of instantiations: dtype name -> C++ storage type, and the dtypes each kernel
-# template is compiled for. cupy.RawModule's name_expressions and the nvcc check both use it.
+# template is compiled for. cupy.RawModule's name_expressions and both CI compiles use it.
 _CXX_TYPES = {
     "float32": "float",
     "float64": "double",
     "float16": "arrpos::half",
     "bfloat16": "arrpos::bfloat16",
 }
+_ALL = ("float32", "float64", "float16", "bfloat16")
 KERNEL_DTYPES = {
     "sinusoid_table": ("float32", "float64"),
     "rope_cos_sin": ("float32", "float64"),
-    "apply_rope": ("float32", "float64", "float16", "bfloat16"),
-    "alibi_bias": ("float32", "float64", "float16", "bfloat16"),
+    "apply_rope": _ALL,
+    "apply_rope_cached": _ALL,
+    "alibi_bias": _ALL,
 }
+# kernels templated on their offset type as well: int where every offset fits, else long long
+_INDEXED = {"apply_rope": ("int", "long long"), "apply_rope_cached": ("int", "long long")}
+# ops this adapter serves -> dtypes (apply_rope_qk is two apply_rope launches)
+OP_DTYPES = dict(KERNEL_DTYPES, apply_rope_qk=_ALL)
 # CuPy has no bfloat16: such data (from torch) is handed over as int16 bits of the same width.
 _HOLDER_DTYPE = {"bfloat16": "int16"}
 
 _TABLE_LAYOUTS = {"interleaved": 0, "split": 1, "split_cos": 2}
 _ROPE_LAYOUTS = {"half": 0, "interleaved": 1}
 _ALIBI_MODES = {"causal": 0, "symmetric": 1, "key": 2}
-_MAX_ROWS_DIMS = 4  # leading axes the apply kernel indexes (after merging contiguous ones)
-_THREADS = 256  # per block; rope.cu declares __launch_bounds__(256)
+_MAX_ROWS_DIMS = 4  # leading axes the apply kernels index (after merging contiguous ones)
+_THREADS = 256  # per block; kernels.cu declares __launch_bounds__(256)
+_MAX_GRID_Y = 65535
+_INT_OFFSETS_BELOW = 2**31  # offsets below this take the kernels' 32-bit (int) instantiation
+
+# Kernel parameters passed by value (CuPy passes a size-1 structured NumPy array as its bytes).
+FREQ_BLOCK = 192  # ARRPOS_FREQ_BLOCK of kernels.cu
+_FREQ_DTYPE = np.dtype([("hi", "<f8", (FREQ_BLOCK,)), ("lo", "<f8", (FREQ_BLOCK,))])
+_STRIDES_FIELDS = ("s0", "s1", "s2", "s3", "f")  # struct strides4 of kernels.cu
+_STRIDES_DTYPE = np.dtype([(n, "<i8") for n in _STRIDES_FIELDS])
 
 
-def kernel_name(kernel: str, dtype_name: str) -> str:
-    """The C++ name expression of one instantiation, e.g. ``arrpos::apply_rope<float>``."""
-    return f"arrpos::{kernel}<{_CXX_TYPES[dtype_name]}>"
+def kernel_name(kernel: str, dtype_name: str, index: str | None = None) -> str:
+    """The C++ name expression of one instantiation, e.g. ``arrpos::apply_rope<float, int>``."""
+    args = _CXX_TYPES[dtype_name] + ("" if index is None else f", {index}")
+    return f"arrpos::{kernel}<{args}>"
 
 
 def kernel_names() -> list[str]:
     """Every instantiation the adapter can launch (``name_expressions`` of the RawModule)."""
-    return [kernel_name(k, d) for k, dtypes in KERNEL_DTYPES.items() for d in dtypes]
+    return [kernel_name(k, d, i) for k, dtypes in KERNEL_DTYPES.items() for d in dtypes
+            for i in _INDEXED.get(k, (None,))]
 
 
 def cuda_source() -> str:
     return SOURCE_PATH.read_text()
 
 
+def module_spec() -> dict:
+    """The ``cupy.RawModule`` arguments: source, NVRTC options and name expressions (the CI
+    compile in ``.ci/check_nvrtc.sh`` uses exactly these)."""
+    return {"code": cuda_source(), "options": OPTIONS, "name_expressions": kernel_names()}
+
+
 def instantiation_source(source_path=None) -> str:
-    """A translation unit for nvcc that includes ``rope.cu`` and instantiates every kernel of
+    """A translation unit for nvcc that includes ``kernels.cu`` and instantiates every kernel of
     :func:`kernel_names` (taking a kernel's address instantiates it, as NVRTC does for a name
     expression), so a template error fails at build time rather than on a user's GPU."""
     path = pathlib.Path(source_path or SOURCE_PATH).resolve()
@@ -109,24 +144,51 @@ def _cp():
 _LOCK = threading.Lock()
 _MODULES: dict[int, Any] = {}  # device id -> cupy.RawModule
 _FUNCTIONS: dict[tuple[int, str], Any] = {}  # (device id, name expression) -> RawKernel
+_FAILED: dict[int, str] = {}  # device id -> why its module could not be built
 _SM_COUNT: dict[int, int] = {}
 
 
-def _kernel(kernel: str, dtype_name: str):
-    """The compiled kernel for the current device (compiled once per device, on first use)."""
+def module_failure(device_id: int) -> str | None:
+    """Why the kernels could not be built on GPU ``device_id``, or None (not failed so far)."""
+    return _FAILED.get(device_id)
+
+
+def _build(cp, dev: int):
+    """The module of ``dev``; on any failure remember it, warn once and decline the call."""
+    try:
+        return cp.RawModule(**module_spec())
+    except Exception as exc:  # NVRTC missing (DynamicLibNotFoundError), CompileException, ...
+        _fail(dev, exc)
+
+
+def _fail(dev: int, exc: BaseException):
+    why = f"{type(exc).__name__}: {exc}"
+    first = dev not in _FAILED
+    _FAILED[dev] = why
+    if first:
+        warnings.warn(f"arrpos: the CUDA kernels could not be built for GPU {dev} ({why}); "
+                      "the generic Array API code runs instead", RuntimeWarning, stacklevel=4)
+    raise Unsupported(why)
+
+
+def _kernel(name: str):
+    """The compiled kernel ``name`` for the current device (compiled once per device)."""
     cp = _cp()
     dev = cp.cuda.Device().id
-    name = kernel_name(kernel, dtype_name)
     fn = _FUNCTIONS.get((dev, name))
-    if fn is None:
-        with _LOCK:
-            mod = _MODULES.get(dev)
-            if mod is None:
-                mod = cp.RawModule(code=cuda_source(), options=OPTIONS,
-                                   name_expressions=kernel_names())
-                _MODULES[dev] = mod
-            fn = mod.get_function(name)
-            _FUNCTIONS[(dev, name)] = fn
+    if fn is not None:
+        return fn
+    if dev in _FAILED:
+        raise Unsupported(_FAILED[dev])
+    with _LOCK:
+        mod = _MODULES.get(dev)
+        if mod is None:
+            mod = _MODULES[dev] = _build(cp, dev)
+        try:  # RawModule may compile and load lazily, on the first get_function
+            fn = _FUNCTIONS[(dev, name)] = mod.get_function(name)
+        except Exception as exc:
+            _MODULES.pop(dev, None)
+            _fail(dev, exc)
     return fn
 
 
@@ -139,28 +201,48 @@ def _sm_count() -> int:
     return n
 
 
-def _launch(kernel, dtype_name, rows: int, items: int, args) -> None:
-    """One launch over ``rows`` rows of ``items`` work items each.
+def launch_shape(rows: int, items: int, sm_count: int):
+    """``(grid, block, chunk)`` for ``rows`` rows of ``items`` work items each.
 
     ``blockDim.x`` threads walk a row's items (consecutive addresses: coalesced), ``blockDim.y``
-    rows per block; the grid is capped at 32 blocks per SM and strides over the remaining rows.
+    rows per block; the grid's x axis covers the rows (at most 32 blocks per SM, striding over
+    the rest); when that gives fewer than 4 blocks per SM, its y axis splits each row into
+    chunks (a multiple of ``blockDim.x`` items each) so that wide, short work fills the GPU.
     """
     bx = min(32, 1 << max(0, int(items) - 1).bit_length())
     by = _THREADS // bx
-    blocks = min(-(-rows // by), 32 * _sm_count())
-    _kernel(kernel, dtype_name)((blocks,), (bx, by), args)
+    row_blocks = -(-rows // by)
+    gy = 1
+    if row_blocks < 4 * sm_count and items > bx:
+        gy = min(-(-items // bx), -(-4 * sm_count // row_blocks), _MAX_GRID_Y)
+    chunk = -(-(-(-items // gy)) // bx) * bx
+    gy = -(-items // chunk)
+    return (min(row_blocks, 32 * sm_count), gy), (bx, by), chunk
 
 
-@functools.lru_cache(maxsize=64)
-def _device_frequencies(dev: int, hi_bytes: bytes, lo_bytes: bytes):
-    """Host double-double frequencies as cached float64 device arrays."""
-    cp = _cp()
-    with cp.cuda.Device(dev):
-        hi = cp.asarray(np.frombuffer(hi_bytes, dtype=np.float64))
-        lo = cp.asarray(np.frombuffer(lo_bytes, dtype=np.float64))
-        # cached for later calls on any stream: make sure the upload has landed
-        cp.cuda.get_current_stream().synchronize()
-    return hi, lo
+def _launch(name: str, rows: int, items: int, args) -> None:
+    """One launch of kernel ``name`` (a name expression); ``chunk`` is the last argument."""
+    fn = _kernel(name)
+    grid, block, chunk = launch_shape(rows, items, _sm_count())
+    fn(grid, block, tuple(args) + (np.int32(chunk),))
+
+
+def _frequency_blocks(hi, lo):
+    """Host frequencies as kernel-parameter blocks: ``(first, count, block)`` each."""
+    for first in range(0, hi.shape[0], FREQ_BLOCK):
+        count = min(FREQ_BLOCK, hi.shape[0] - first)
+        block = np.zeros(1, dtype=_FREQ_DTYPE)
+        block["hi"][0, :count] = hi[first:first + count]
+        block["lo"][0, :count] = lo[first:first + count]
+        yield first, count, block
+
+
+def _strides(values) -> np.ndarray:
+    """Four row strides and the feature stride as the kernels' ``strides4`` (by value)."""
+    s = np.zeros(1, dtype=_STRIDES_DTYPE)
+    for name, v in zip(_STRIDES_FIELDS, values):
+        s[name] = v
+    return s
 
 
 # ------------------------------------------------------------------------------------------
@@ -234,23 +316,35 @@ def _positions64(positions):
     return cp.ascontiguousarray(positions, dtype=cp.float64).reshape(-1)
 
 
+# leading arrays of an op that share the kernel's dtype, and the position of integer ids
+_SAME_DTYPE = {"apply_rope": 3, "apply_rope_cached": 3, "apply_rope_qk": 4}
+_IDS_AT = {"apply_rope_cached": 3}
+
+
 def supports(op: str, arrays=(), **kwargs) -> bool:
     """Whether the CUDA kernel of ``op`` serves these inputs (else ``_dispatch`` tries the next)."""
     arrs = [a for a in arrays if a is not None]
-    if op not in KERNEL_DTYPES or not arrs or kwargs.get("axes") is not None:
+    if op not in OP_DTYPES or not arrs or kwargs.get("axes") is not None:
         return False
     dtype = kwargs.get("dtype", arrs[0].dtype)
-    if dtype is None or _dtype_name(dtype) not in KERNEL_DTYPES[op]:
+    if dtype is None or _dtype_name(dtype) not in OP_DTYPES[op]:
         return False
     cp = _cp()
     if not all(isinstance(a, cp.ndarray) for a in arrs):
         return False
-    if len({a.device.id for a in arrs}) > 1:
+    if len({a.device.id for a in arrs}) > 1 or arrs[0].device.id in _FAILED:
         return False
-    if op == "apply_rope":
-        x, cos, sin = arrs[:3]
-        return cos.dtype == x.dtype and sin.dtype == x.dtype
-    return True
+    return dtypes_match(op, arrays)
+
+
+def dtypes_match(op: str, arrays) -> bool:
+    """The dtype rules of the kernels: the leading arrays of one dtype, ids integer."""
+    lead = arrays[:_SAME_DTYPE.get(op, 0)]
+    if any(a is None or a.dtype != lead[0].dtype for a in lead):
+        return False
+    at = _IDS_AT.get(op)
+    return at is None or (len(arrays) > at and getattr(arrays[at], "dtype", None) is not None
+                          and _dtype_name(arrays[at].dtype).startswith(("int", "uint")))
 
 
 # ------------------------------------------------------------------------------------------
@@ -260,8 +354,10 @@ def supports(op: str, arrays=(), **kwargs) -> bool:
 def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     """Twin of ``_xp.sinusoid_table`` for CuPy positions, float32/float64 output.
 
-    ``out``: an optional preallocated C-contiguous ``P + (width,)`` array of ``dtype`` on the
-    device of ``positions``.
+    The host frequencies ``hi``/``lo`` travel in the kernel parameters (blocks of
+    ``FREQ_BLOCK``, one launch each): no device copy, no synchronisation. An odd interleaved
+    ``width = 2 F - 1`` drops the last cosine (keras-hub). ``out``: an optional preallocated
+    C-contiguous ``P + (width,)`` array of ``dtype`` on the device of ``positions``.
     """
     _check_array(positions, "positions")
     dname = _check_dtype("sinusoid_table", dtype)
@@ -272,17 +368,9 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
         raise ValueError(f"lo must have the shape of hi {hi.shape}, got {lo.shape}")
     nf = hi.shape[0]
     width = _nonneg_int(width, "width")
-    if width < 2 * nf - (code == _TABLE_LAYOUTS["interleaved"]):
+    if width < 2 * nf - (code == _TABLE_LAYOUTS["interleaved"]):  # odd: the last cos dropped
         raise ValueError(f"width must be >= 2 * len(hi) = {2 * nf}, got {width}")
     shape = tuple(positions.shape) + (width,)
-    if width < 2 * nf:  # odd interleaved width: the kernel writes whole pairs; drop the last cos
-        full = sinusoid_table(positions, hi, lo, layout=layout, dtype=dtype, width=2 * nf, xp=xp)
-        if out is None:
-            return _cp().ascontiguousarray(full[..., :width])
-        with positions.device as device:
-            _check_out(out, "out", shape, dname, device)
-        out[...] = full[..., :width]
-        return out
     with positions.device as device:
         if out is None:
             out = _cp().empty(shape, dtype=dname)
@@ -292,33 +380,42 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
         if rows == 0 or width == 0:
             return out
         pos = _positions64(positions)
-        w_hi, w_lo = _device_frequencies(device.id, hi.tobytes(), lo.tobytes())
-        _launch("sinusoid_table", dname, rows, max(nf, 1),
-                (out, pos, w_hi, w_lo, np.int64(rows), np.int32(nf), np.int64(width),
-                 np.int32(code)))
+        name = kernel_name("sinusoid_table", dname)
+        blocks = list(_frequency_blocks(hi, lo)) or [(0, 0, np.zeros(1, dtype=_FREQ_DTYPE))]
+        for first, count, block in blocks:
+            tail = first + count == nf  # the last launch also writes the zero padding
+            items = count + (max(width - 2 * nf, 0) if tail else 0)
+            if items:
+                _launch(name, rows, items,
+                        (out, pos, block, np.int64(rows), np.int32(first), np.int32(count),
+                         np.int32(nf), np.int64(width), np.int32(tail), np.int32(code)))
     return out
 
 
 def _frequencies64(inv_freq, device):
     cp = _cp()
-    if isinstance(inv_freq, cp.ndarray):
-        _check_device(inv_freq, "inv_freq", device)
-        if inv_freq.dtype.kind not in "iuf":
-            raise TypeError(f"inv_freq must be a real array, got {inv_freq.dtype}")
-        freq = cp.ascontiguousarray(inv_freq, dtype=cp.float64)
-    else:  # host values given by the caller: uploaded, as cupy.asarray would
-        freq = cp.asarray(np.asarray(inv_freq, dtype=np.float64))
+    _check_array(inv_freq, "inv_freq")  # a host array would need a device copy: caller's job
+    _check_device(inv_freq, "inv_freq", device)
+    if inv_freq.dtype.kind not in "iuf":
+        raise TypeError(f"inv_freq must be a real array, got {inv_freq.dtype}")
+    freq = cp.ascontiguousarray(inv_freq, dtype=cp.float64)
     if freq.ndim != 1:
         raise ValueError(f"inv_freq must be 1-D, got shape {freq.shape}")
     return freq
 
 
-def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
-    """Twin of ``_xp.rope_cos_sin`` for CuPy positions: ``(cos, sin)``, each ``P + (2F,)``.
+def _pair(out, names):
+    try:
+        a, b = out
+    except (TypeError, ValueError):
+        raise TypeError(f"out must be a ({names[0]}, {names[1]}) pair of arrays") from None
+    return a, b
 
-    Multimodal ``axes`` (one coordinate per frequency) take the generic code on the same
-    device. ``out``: an optional ``(cos, sin)`` pair of C-contiguous arrays to fill.
-    """
+
+def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
+    """Twin of ``_xp.rope_cos_sin`` for CuPy positions and frequencies: ``(cos, sin)``, each
+    ``P + (2F,)``. ``out``: an optional ``(cos, sin)`` pair of C-contiguous arrays to fill.
+    Multimodal ``axes`` are declined by :func:`supports` (the generic code serves them)."""
     cp = _cp()
     _check_array(positions, "positions")
     dname = _check_dtype("rope_cos_sin", dtype)
@@ -331,10 +428,7 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
         if out is None:
             cos, sin = cp.empty(shape, dtype=dname), cp.empty(shape, dtype=dname)
         else:
-            try:
-                cos, sin = out
-            except (TypeError, ValueError):
-                raise TypeError("out must be a (cos, sin) pair of arrays") from None
+            cos, sin = _pair(out, ("cos", "sin"))
             _check_out(cos, "out[0] (cos)", shape, dname, device)
             _check_out(sin, "out[1] (sin)", shape, dname, device)
             if cp.may_share_memory(cos, sin):
@@ -342,7 +436,7 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
         rows = math.prod(shape[:-1])
         if rows == 0 or nf == 0:
             return cos, sin
-        _launch("rope_cos_sin", dname, rows, nf,
+        _launch(kernel_name("rope_cos_sin", dname), rows, nf,
                 (cos, sin, _positions64(positions), freq, np.int64(rows), np.int32(nf),
                  np.float64(scale), np.int32(code)))
     return cos, sin
@@ -357,20 +451,21 @@ def _same_view(a, b) -> bool:
             and a.dtype == b.dtype)
 
 
-def _element_strides(a, lead_rank: int, lead_shape, name: str):
-    """Element strides of ``a``'s leading axes, aligned right with ``lead_shape`` and 0 where
-    ``a`` is broadcast, plus the stride of its last (feature) axis."""
+def _element_strides(a, lead_rank: int, name: str, features: bool = True):
+    """Element strides of ``a``'s leading axes, aligned right with ``lead_rank`` axes and 0
+    where ``a`` is broadcast, plus the stride of its last (feature) axis; without
+    ``features`` (position ids) every axis of ``a`` is leading and the feature stride is 0."""
     item = a.dtype.itemsize
     if any(s % item for s in a.strides):
         raise Unsupported(f"{name} has strides {a.strides} that are not multiples of its "
                           f"item size {item}")
     strides = [s // item for s in a.strides]
-    own = a.ndim - 1
+    own = a.ndim - 1 if features else a.ndim
     out = []
     for k in range(lead_rank):
         ak = k - (lead_rank - own)
         out.append(0 if ak < 0 or a.shape[ak] == 1 else strides[ak])
-    return out, (strides[-1] if a.ndim else 0)
+    return out, (strides[-1] if features else 0)
 
 
 def _merge_rows(sizes, stride_sets):
@@ -387,6 +482,35 @@ def _merge_rows(sizes, stride_sets):
     return merged
 
 
+def _row_geometry(lead, arrays, feature_extent):
+    """Leading axes merged to four: ``(n1, n2, n3)``, a ``strides4`` per array, and the offset
+    type: ``"int"`` when every element offset of every array is below 2**31.
+
+    ``arrays`` are ``(name, array)``; ``feature_extent`` the features each array is indexed
+    over (its feature stride times that bounds the in-row offsets). An array named
+    ``position_ids`` has no feature axis."""
+    rank = len(lead)
+    sets, feat = [], []
+    for name, a in arrays:
+        st, f = _element_strides(a, rank, name, features=name != "position_ids")
+        sets.append(st)
+        feat.append(f)
+    dims = _merge_rows(lead, sets)
+    if len(dims) > _MAX_ROWS_DIMS:
+        raise Unsupported(f"the leading axes {lead} of the arrays merge to {len(dims)} "
+                          f"strided axes; the kernels index at most {_MAX_ROWS_DIMS}")
+    dims = [(1, [0] * len(arrays))] * (_MAX_ROWS_DIMS - len(dims)) + dims
+    n = [int(size) for size, _ in dims]
+    strides, widest = [], 0
+    for k in range(len(arrays)):
+        row = [int(st[k]) for _, st in dims]
+        strides.append(_strides(row + [int(feat[k])]))
+        reach = sum((m - 1) * abs(s) for m, s in zip(n, row))
+        widest = max(widest, reach + max(feature_extent - 1, 0) * abs(int(feat[k])))
+    index = "int" if max(widest, math.prod(n)) < _INT_OFFSETS_BELOW else "long long"
+    return n, strides, index
+
+
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope`` for CuPy arrays of one dtype (float16/32/64).
 
@@ -394,86 +518,193 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     ``cos``/``sin`` broadcast against ``x[..., :R]`` through zero strides (nothing is
     materialised). ``out`` may be ``x`` (in place) or any array of the result's shape; an
     ``out`` that overlaps the inputs otherwise gets the result through a temporary. Inputs
-    whose leading axes do not merge to at most four strided axes take ``_xp``.
+    whose leading axes do not merge to at most four strided axes are declined (``Unsupported``).
     """
     return _apply_rope(x, cos, sin, layout=layout, inverse=inverse, out=out, storage=None)
+
+
+def _check_rotary(x, cos, sin, storage, op, names=("cos", "sin")):
+    """Kinds, dtypes and widths shared by the apply kernels; the kernel's dtype name."""
+    for name, a in (("x", x), (names[0], cos), (names[1], sin)):
+        _check_array(a, name)
+        if a.ndim < 1:
+            raise ValueError(f"{name} must have at least one axis, got a 0-d array")
+    dname = storage or _check_dtype(op, x.dtype, "x.dtype")
+    if cos.dtype != x.dtype or sin.dtype != x.dtype:
+        raise TypeError(f"{names[0]} and {names[1]} must have x's dtype {x.dtype} for the CUDA "
+                        f"kernel, got {cos.dtype} and {sin.dtype}")
+    if sin.shape[-1] != cos.shape[-1]:
+        raise ValueError(f"{names[1]}'s last axis must equal {names[0]}'s ({cos.shape[-1]}), "
+                         f"got {sin.shape[-1]}")
+    for name, a in ((names[0], cos), (names[1], sin)):
+        _check_device(a, name, x.device)
+    return dname
+
+
+def _prepare_out(x, out, shape, inputs):
+    """``out`` checked (or allocated) and whether it is ``x`` itself; None when it overlaps
+    the inputs otherwise (the caller then goes through a temporary)."""
+    cp = _cp()
+    if out is None:
+        return cp.empty(shape, dtype=x.dtype), False
+    _check_array(out, "out")
+    _check_device(out, "out", x.device)
+    if out.shape != shape or out.dtype != x.dtype:
+        raise ValueError(f"out must be a {x.dtype} array of shape {shape}, got "
+                         f"{out.dtype} {out.shape}")
+    if any(s == 0 and n > 1 for s, n in zip(out.strides, out.shape)):
+        raise ValueError(f"out must not be broadcast (zero strides {out.strides})")
+    in_place = _same_view(out, x)
+    others = inputs if in_place else (x,) + tuple(inputs)
+    # a shifted view would let one thread overwrite another's input
+    if any(cp.may_share_memory(out, a) for a in others):
+        return None, False
+    return out, in_place
 
 
 def _apply_rope(x, cos, sin, *, layout, inverse, out, storage):
     """The kernel launch; ``storage`` names the element type when the arrays hold raw bits
     (bfloat16 from torch arrives as int16 views)."""
-    cp = _cp()
-    for name, a in (("x", x), ("cos", cos), ("sin", sin)):
-        _check_array(a, name)
-        if a.ndim < 1:
-            raise ValueError(f"{name} must have at least one axis, got a 0-d array")
-    dname = storage or _check_dtype("apply_rope", x.dtype, "x.dtype")
-    if cos.dtype != x.dtype or sin.dtype != x.dtype:
-        raise TypeError(f"cos and sin must have x's dtype {x.dtype} for the CUDA kernel, got "
-                        f"{cos.dtype} and {sin.dtype}")
+    dname = _check_rotary(x, cos, sin, storage, "apply_rope")
     code = _choice(layout, "layout", _ROPE_LAYOUTS)
     d, r = x.shape[-1], cos.shape[-1]
-    if sin.shape[-1] != r:
-        raise ValueError(f"sin's last axis must equal cos's ({r}), got {sin.shape[-1]}")
     if r % 2 or r > d:
         raise ValueError(f"the rotary width cos.shape[-1] must be even and <= x.shape[-1] = {d},"
                          f" got {r}")
-    device = x.device
-    for name, a in (("cos", cos), ("sin", sin)):
-        _check_device(a, name, device)
     try:
         lead = tuple(np.broadcast_shapes(x.shape[:-1], cos.shape[:-1], sin.shape[:-1]))
     except ValueError:
         raise ValueError(f"cos {cos.shape} and sin {sin.shape} do not broadcast against "
                          f"x[..., :{r}] {x.shape[:-1] + (r,)}") from None
-    shape = lead + (d,)
-    in_place = False
-    with device:
-        if out is None:
-            out = cp.empty(shape, dtype=x.dtype)
-        else:
-            _check_array(out, "out")
-            _check_device(out, "out", device)
-            if out.shape != shape or out.dtype != x.dtype:
-                raise ValueError(f"out must be a {x.dtype} array of shape {shape}, got "
-                                 f"{out.dtype} {out.shape}")
-            if any(s == 0 and n > 1 for s, n in zip(out.strides, out.shape)):
-                raise ValueError(f"out must not be broadcast (zero strides {out.strides})")
-            in_place = _same_view(out, x)
-            others = (cos, sin) if in_place else (x, cos, sin)
-            if any(cp.may_share_memory(out, a) for a in others):
-                # a shifted view would let one thread overwrite another's input: go through
-                # a temporary, as the generic code does
-                tmp = _apply_rope(x, cos, sin, layout=layout, inverse=inverse, out=None,
-                                  storage=storage)
-                out[...] = tmp
-                return out
-        rows = math.prod(lead)
-        half_rot = r // 2
+    with x.device:
+        target, in_place = _prepare_out(x, out, lead + (d,), (cos, sin))
+        if target is None:  # overlapping out: through a temporary, as the generic code does
+            out[...] = _apply_rope(x, cos, sin, layout=layout, inverse=inverse, out=None,
+                                   storage=storage)
+            return out
+        out = target
+        rows, half_rot = math.prod(lead), r // 2
         copy_cols = 0 if in_place else d - r
         if rows == 0 or half_rot + copy_cols == 0:
             return out
-        rank = len(lead)
-        sets, feat = [], []
-        for name, a in (("x", x), ("out", out), ("cos", cos), ("sin", sin)):
-            st, f = _element_strides(a, rank, lead, name)
-            sets.append(st)
-            feat.append(f)
-        dims = _merge_rows(lead, sets)
-        if len(dims) > _MAX_ROWS_DIMS:
-            raise Unsupported(f"the leading axes {lead} of x/cos/sin merge to {len(dims)} "
-                              f"strided axes; the kernel indexes at most {_MAX_ROWS_DIMS}")
-        dims = [(1, [0, 0, 0, 0])] * (_MAX_ROWS_DIMS - len(dims)) + dims
-        n = [int(size) for size, _ in dims]
+        arrays = (x, out, cos, sin)
+        n, strides, index = _row_geometry(
+            lead, tuple(zip(("x", "out", "cos", "sin"), arrays)), d)
+        vec = _vector_pairs(arrays, strides, half_rot, code)
         args = [x, out, cos, sin, np.int64(rows), np.int64(n[1]), np.int64(n[2]),
-                np.int64(n[3])]
-        for which in range(4):  # x, out, cos, sin: four row strides, then the feature stride
-            args += [np.int64(st[which]) for _, st in dims]
-            args.append(np.int64(feat[which]))
-        args += [np.int32(half_rot), np.int32(copy_cols), np.int32(code),
-                 np.int32(1 if inverse else 0)]
-        _launch("apply_rope", dname, rows, half_rot + copy_cols, tuple(args))
+                np.int64(n[3]), *strides, np.int32(half_rot), np.int32(copy_cols),
+                np.int32(code), np.int32(1 if inverse else 0), np.int32(vec)]
+        rotated = half_rot // 2 if vec else half_rot
+        _launch(kernel_name("apply_rope", dname, index), rows, rotated + copy_cols, args)
     return out
+
+
+_VECTOR_PAIRS = True  # the kernels' two-pairs-per-thread path where alignment allows
+
+
+def _vector_pairs(arrays, strides, half_rot: int, layout_code: int) -> bool:
+    """Whether ``apply_rope`` may take two pairs per thread with aligned vector loads: every
+    feature stride 1, an even number of pairs, and every pack start (base pointer plus any
+    row offset, plus ``half_rot`` in the half layout) aligned to the pack's load width."""
+    if not _VECTOR_PAIRS or half_rot % 2:
+        return False
+    item = arrays[0].dtype.itemsize
+    per_pack = 2 if layout_code == 0 else 4
+    align = min(per_pack * item, 16)
+    step = align // item  # elements
+    for a, st in zip(arrays, strides):
+        row = [int(st[f][0]) for f in _STRIDES_FIELDS[:4]]
+        if int(st["f"][0]) != 1 or a.data.ptr % align or any(r % step for r in row):
+            return False
+    return True
+
+
+def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope_cached`` (ONNX RotaryEmbedding) for CuPy arrays: half-width
+    caches ``(max_positions, R/2)`` of ``x``'s dtype gathered at integer ``position_ids``
+    (broadcasting against ``x.shape[:-1]``) inside the kernel; features ``R:`` pass through.
+    Ids outside ``[0, max_positions)`` are clamped in the kernel (the public function has
+    rejected them); float16/bfloat16 compute in float32 and round once."""
+    return _apply_rope_cached(x, cos_cache, sin_cache, position_ids, layout=layout,
+                              inverse=inverse, out=out, storage=None)
+
+
+def _apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, out, storage):
+    cp = _cp()
+    dname = _check_rotary(x, cos_cache, sin_cache, storage, "apply_rope_cached",
+                          ("cos_cache", "sin_cache"))
+    _check_array(position_ids, "position_ids")
+    _check_device(position_ids, "position_ids", x.device)
+    if position_ids.dtype.kind not in "iu":
+        raise TypeError(f"position_ids must be an integer array, got {position_ids.dtype}")
+    code = _choice(layout, "layout", _ROPE_LAYOUTS)
+    if cos_cache.ndim != 2 or sin_cache.shape != cos_cache.shape or 0 in cos_cache.shape:
+        raise ValueError(f"cos_cache and sin_cache must have one shape (max_positions, R/2), "
+                         f"both > 0, got {cos_cache.shape} and {sin_cache.shape}")
+    d, half_rot = x.shape[-1], cos_cache.shape[1]
+    if 2 * half_rot > d:
+        raise ValueError(f"2 * cos_cache.shape[1] = {2 * half_rot} is wider than x "
+                         f"(x.shape[-1] = {d})")
+    lead = tuple(x.shape[:-1])
+    if tuple(np.broadcast_shapes(position_ids.shape, lead)) != lead:
+        raise ValueError(f"position_ids of shape {position_ids.shape} do not broadcast to "
+                         f"x.shape[:-1] = {lead}")
+    with x.device:
+        target, in_place = _prepare_out(x, out, tuple(x.shape), (cos_cache, sin_cache))
+        if target is None:
+            out[...] = _apply_rope_cached(x, cos_cache, sin_cache, position_ids, layout=layout,
+                                          inverse=inverse, out=None, storage=storage)
+            return out
+        out = target
+        rows = math.prod(lead)
+        copy_cols = 0 if in_place else d - 2 * half_rot
+        if rows == 0 or half_rot + copy_cols == 0:
+            return out
+        ids = cp.asarray(position_ids, dtype=cp.int64)  # a device cast where needed
+        n, strides, index = _row_geometry(
+            lead, (("x", x), ("out", out), ("position_ids", ids)), d)
+        cache, index = _cache_strides(cos_cache, sin_cache, index)
+        vec = (_vector_pairs((x, out), strides[:2], half_rot, code)
+               and _cache_packs(cos_cache, sin_cache, cache))
+        args = [x, out, cos_cache, sin_cache, ids, np.int64(rows), np.int64(n[1]),
+                np.int64(n[2]), np.int64(n[3]), *strides, *cache,
+                np.int64(cos_cache.shape[0]), np.int32(half_rot), np.int32(copy_cols),
+                np.int32(code), np.int32(1 if inverse else 0), np.int32(vec)]
+        rotated = half_rot // 2 if vec else half_rot
+        _launch(kernel_name("apply_rope_cached", dname, index), rows, rotated + copy_cols,
+                args)
+    return out
+
+
+def _cache_strides(cos_cache, sin_cache, index):
+    """Row and column element strides of both caches, and the offset type widened to
+    ``long long`` when a cache offset may reach 2**31."""
+    item = cos_cache.dtype.itemsize
+    if any(s % item for a in (cos_cache, sin_cache) for s in a.strides):
+        raise Unsupported("cache strides are not multiples of the item size")
+    strides = [s // item for a in (cos_cache, sin_cache) for s in a.strides]
+    rows, cols = cos_cache.shape
+    reach = max(abs(strides[0]), abs(strides[2])) * (rows - 1) \
+        + max(abs(strides[1]), abs(strides[3])) * (cols - 1)
+    return [np.int64(s) for s in strides], (index if reach < _INT_OFFSETS_BELOW else "long long")
+
+
+def _cache_packs(cos_cache, sin_cache, strides) -> bool:
+    """Whether the caches can be read two columns at a time: column strides 1, every row
+    start aligned to two elements (``strides``: row and column strides of both caches)."""
+    align = 2 * cos_cache.dtype.itemsize
+    cr, cc, sr, sc = (int(v) for v in strides)
+    return (cc == 1 and sc == 1 and cr % 2 == 0 and sr % 2 == 0
+            and cos_cache.data.ptr % align == 0 and sin_cache.data.ptr % align == 0)
+
+
+def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope_qk``: ``(apply_rope(q, cos, sin), apply_rope(k, cos, sin))``,
+    two launches on the current stream; ``k`` may have fewer heads (``cos``/``sin`` broadcast
+    to both); ``out`` None or a ``(q_out, k_out)`` pair (each may be None)."""
+    q_out, k_out = (None, None) if out is None else _pair(out, ("q_out", "k_out"))
+    return (_apply_rope(q, cos, sin, layout=layout, inverse=inverse, out=q_out, storage=None),
+            _apply_rope(k, cos, sin, layout=layout, inverse=inverse, out=k_out, storage=None))
 
 
 # ------------------------------------------------------------------------------------------
@@ -516,7 +747,7 @@ def _alibi_into(slopes, query_len, key_len, *, mode, query_offset, out, storage)
         if rows == 0 or key_len == 0:
             return out
         s64 = cp.ascontiguousarray(slopes, dtype=cp.float64)
-        _launch("alibi_bias", storage, rows, key_len,
+        _launch(kernel_name("alibi_bias", storage), rows, key_len,
                 (out, s64, np.int64(heads), np.int64(query_len), np.int64(key_len),
                  np.int64(offset), np.int32(code)))
     return out

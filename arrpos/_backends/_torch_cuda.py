@@ -1,4 +1,4 @@
-"""PyTorch CUDA tensors on the CUDA kernels of ``rope.cu``, zero-copy through DLPack.
+"""PyTorch CUDA tensors on the CUDA kernels of ``kernels.cu``, zero-copy through DLPack.
 
 Same function names and signatures as ``_xp``. ``arrpos._dispatch`` sends a torch call here
 only when every array argument is a CUDA tensor on one device that does not require grad
@@ -6,9 +6,14 @@ only when every array argument is a CUDA tensor on one device that does not requ
 
 * allocates outputs with torch (torch's caching allocator, on the tensors' device),
 * views every tensor as a CuPy array with ``cupy.from_dlpack`` (no copy),
-* launches on torch's *current* stream, wrapped as a ``cupy.cuda.ExternalStream``, so the
-  kernels are ordered with the surrounding torch work and no synchronisation is added,
+* launches on torch's *current* stream, wrapped as a ``cupy.cuda.ExternalStream`` (one
+  wrapper per device and stream, kept), so the kernels are ordered with the surrounding torch
+  work and no synchronisation is added,
 * returns torch tensors.
+
+Exports are kept few: an ``out`` that is ``x`` (in place) is exported once, and the tables of
+``apply_rope_qk`` once for both launches. No call copies host data or synchronises, so the
+calls are legal inside ``torch.cuda.graph`` capture (see docs/gpu.md for the rules).
 
 bfloat16 tensors cannot become CuPy arrays (CuPy has no bfloat16): they are reinterpreted as
 int16 with ``Tensor.view(torch.int16)`` (same bits, same strides, still no copy) and the
@@ -25,8 +30,8 @@ import numpy as np
 
 from . import _cupy
 
-__all__ = ["alibi_bias", "apply_rope", "cupy_available", "rope_cos_sin", "sinusoid_table",
-           "supports"]
+__all__ = ["alibi_bias", "apply_rope", "apply_rope_cached", "apply_rope_qk", "cupy_available",
+           "rope_cos_sin", "sinusoid_table", "supports"]
 
 _CUPY_FOUND: bool | None = None
 
@@ -48,9 +53,10 @@ def _name(dtype) -> str:
 
 
 def supports(op: str, arrays=(), **kwargs) -> bool:
-    """CUDA tensors on one device, none requiring grad, of a dtype the kernel has."""
+    """CUDA tensors on one device, none requiring grad, of dtypes the kernels have, on a device
+    whose kernels did not fail to build."""
     arrs = [a for a in arrays if a is not None]
-    if not arrs or op not in _cupy.KERNEL_DTYPES or kwargs.get("axes") is not None:
+    if not arrs or op not in _cupy.OP_DTYPES or kwargs.get("axes") is not None:
         return False  # without the arrays, device and autograd are unknown: generic path
     torch = _torch()
     for t in arrs:
@@ -58,13 +64,14 @@ def supports(op: str, arrays=(), **kwargs) -> bool:
             return False
     if len({t.device for t in arrs}) > 1:
         return False
-    if _name(kwargs.get("dtype", arrs[0].dtype)) not in _cupy.KERNEL_DTYPES[op]:
+    if _name(kwargs.get("dtype", arrs[0].dtype)) not in _cupy.OP_DTYPES[op]:
         return False
-    if op == "apply_rope":
-        x, cos, sin = arrs[:3]
-        if cos.dtype != x.dtype or sin.dtype != x.dtype:
-            return False
-    return cupy_available()
+    if not _cupy.dtypes_match(op, arrays):
+        return False
+    return cupy_available() and _cupy.module_failure(arrs[0].device.index) is None
+
+
+_STREAMS: dict[tuple[int, int], object] = {}  # (device index, stream pointer) -> ExternalStream
 
 
 @contextlib.contextmanager
@@ -73,13 +80,17 @@ def _on_torch_stream(device):
     cp = _cupy._cp()
     torch = _torch()
     ptr = torch.cuda.current_stream(device).cuda_stream
-    with cp.cuda.Device(device.index):
+    stream = _STREAMS.get((device.index, ptr))
+    if stream is None:
         try:
             stream = cp.cuda.ExternalStream(ptr, device.index)
         except TypeError:  # CuPy < 13: no device_id argument
             stream = cp.cuda.ExternalStream(ptr)
-        with stream:
-            yield
+        if len(_STREAMS) > 64:  # streams come and go; keep the table small
+            _STREAMS.clear()
+        _STREAMS[(device.index, ptr)] = stream
+    with cp.cuda.Device(device.index), stream:
+        yield
 
 
 def _as_cupy(t):
@@ -146,23 +157,73 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     return cos, sin
 
 
-def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
-    """Twin of ``_xp.apply_rope`` for CUDA tensors of one dtype (bfloat16 included)."""
+def _rotation_out(x, lead, out):
+    """``(out, whether it was given)``: a new tensor of ``lead + x.shape[-1:]`` when None."""
     torch = _torch()
-    try:
-        lead = tuple(torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1], sin.shape[:-1]))
-    except RuntimeError:
-        raise ValueError(f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)} do not broadcast "
-                         f"against x {tuple(x.shape)}") from None
     given = out is not None
     if out is None:
         out = torch.empty(lead + (x.shape[-1],), dtype=x.dtype, device=x.device)
+    return out, given
+
+
+def _export_pair(x, out):
+    """CuPy views of ``x`` and ``out``: one export when they are the same tensor."""
+    cx = _as_cupy(x)
+    return cx, (cx if out is x else _as_cupy(out))
+
+
+def _lead(x, *tables):
+    torch = _torch()
+    try:
+        return tuple(torch.broadcast_shapes(x.shape[:-1], *(t.shape[:-1] for t in tables)))
+    except RuntimeError:
+        shapes = " and ".join(str(tuple(t.shape)) for t in tables)
+        raise ValueError(f"the tables {shapes} do not broadcast against x "
+                         f"{tuple(x.shape)}") from None
+
+
+def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope`` for CUDA tensors of one dtype (bfloat16 included)."""
+    out, given = _rotation_out(x, _lead(x, cos, sin), out)
     with _on_torch_stream(x.device):
-        _cupy._apply_rope(_as_cupy(x), _as_cupy(cos), _as_cupy(sin), layout=layout,
-                          inverse=inverse, out=_as_cupy(out), storage=_name(x.dtype))
+        cx, cout = _export_pair(x, out)
+        _cupy._apply_rope(cx, _as_cupy(cos), _as_cupy(sin), layout=layout, inverse=inverse,
+                          out=cout, storage=_name(x.dtype))
     if given:
         _mark_written(out)
     return out
+
+
+def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope_cached`` for CUDA tensors: caches of ``x``'s dtype (bfloat16
+    included), integer ids; the gather happens inside the kernel."""
+    out, given = _rotation_out(x, tuple(x.shape[:-1]), out)
+    with _on_torch_stream(x.device):
+        cx, cout = _export_pair(x, out)
+        _cupy._apply_rope_cached(cx, _as_cupy(cos_cache), _as_cupy(sin_cache),
+                                 _as_cupy(position_ids), layout=layout, inverse=inverse,
+                                 out=cout, storage=_name(x.dtype))
+    if given:
+        _mark_written(out)
+    return out
+
+
+def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope_qk`` for CUDA tensors: two launches sharing one export of the
+    tables; ``out`` None or a ``(q_out, k_out)`` pair (each may be None)."""
+    q_out, k_out = (None, None) if out is None else _cupy._pair(out, ("q_out", "k_out"))
+    q_out, q_given = _rotation_out(q, _lead(q, cos, sin), q_out)
+    k_out, k_given = _rotation_out(k, _lead(k, cos, sin), k_out)
+    with _on_torch_stream(q.device):
+        ccos, csin = _as_cupy(cos), _as_cupy(sin)
+        for t, t_out in ((q, q_out), (k, k_out)):
+            ct, cout = _export_pair(t, t_out)
+            _cupy._apply_rope(ct, ccos, csin, layout=layout, inverse=inverse, out=cout,
+                              storage=_name(t.dtype))
+    for t, given in ((q_out, q_given), (k_out, k_given)):
+        if given:
+            _mark_written(t)
+    return q_out, k_out
 
 
 def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):

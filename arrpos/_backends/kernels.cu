@@ -1,0 +1,636 @@
+// arrpos CUDA kernels: sinusoid and RoPE tables, fused RoPE application (tables given in full
+// or gathered from half-width caches at position ids), ALiBi bias.
+//
+// Compiled at run time by cupy.RawModule (NVRTC) with the options and name expressions of
+// arrpos._backends._cupy.module_spec(); at CI time by .ci/check_nvrtc.sh through the same
+// function and cupy.cuda.compiler, and by .ci/check_nvcc.sh with nvcc. Plain C++ templates,
+// no extern "C".
+//
+// No #include at all: NVRTC has no host headers, and cuda_fp16.h / cuda_bf16.h do not compile
+// under NVRTC on every toolkit/CuPy combination. 16-bit floats are therefore storage types with
+// the bit layout of __half / __nv_bfloat16 and explicit, correctly rounded conversions.
+//
+// Float arithmetic and conversions go through explicit round-to-nearest PTX (mul.rn, fma.rn,
+// cvt.rn) without .ftz: CuPy compiles every module with -ftz=true, which would flush float32
+// subnormals (bfloat16's subnormals are float32 subnormals) to zero unlike the CPU path, and
+// explicit instructions also fix where products are fused, so the host emulation
+// (tests/cuda_emulation.py) computes the same bits. .ci/check_nvrtc.sh checks that the PTX
+// holds no .ftz instruction.
+//
+// Launch shape (set by the adapter): blockDim.x threads walk the items of one row (the fastest
+// axis, so a warp reads and writes consecutive addresses), blockDim.y rows per block, the grid's
+// x axis strides over rows and its y axis splits each row into chunks of `chunk` items (wide,
+// short work such as an ALiBi decode row of 32k keys). No integer division per element.
+
+namespace arrpos {
+
+struct half {  // IEEE binary16, layout of __half
+    unsigned short bits;
+};
+struct bfloat16 {  // layout of __nv_bfloat16
+    unsigned short bits;
+};
+
+// Frequencies of the sinusoid table, passed by value in the kernel parameters: no host-to-device
+// copy, so a launch is legal inside CUDA graph capture. The adapter launches once per block of
+// ARRPOS_FREQ_BLOCK frequencies (3 KiB of the 4 KiB parameter space). Indexed in place in the
+// parameter space (ld.param with a register address; .ci/check_nvrtc.sh fails on a copy to
+// local memory), without __grid_constant__, which would need sm_70.
+#define ARRPOS_FREQ_BLOCK 192
+struct freq_block {
+    double hi[ARRPOS_FREQ_BLOCK];
+    double lo[ARRPOS_FREQ_BLOCK];
+};
+
+// 8- and 16-byte words for vector loads (uint2/uint4 need a header NVRTC may lack)
+struct alignas(8) uint2_ {
+    unsigned int x, y;
+};
+struct alignas(16) uint4_ {
+    unsigned int x, y, z, w;
+};
+
+#if defined(ARRPOS_HOST_EMULATION) && !defined(__CUDA_ARCH__)
+#define ARRPOS_EMULATED 1  // tests/cuda_emulation.py: plain C++, -ffp-contract=off
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Arithmetic: each product rounded as written, never fused unless asked, never flushed.
+
+__device__ __forceinline__ float mul_rn(float a, float b)
+{
+#ifdef ARRPOS_EMULATED
+    return a * b;
+#else
+    float r;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#endif
+}
+
+__device__ __forceinline__ float fma_rn(float a, float b, float c)
+{
+#ifdef ARRPOS_EMULATED
+    return arrpos_emu_fmaf(a, b, c);
+#else
+    float r;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+    return r;
+#endif
+}
+
+__device__ __forceinline__ float neg(float a)  // a sign flip: neg.f32 would be .ftz here
+{
+    return __uint_as_float(__float_as_uint(a) ^ 0x80000000u);
+}
+
+__device__ __forceinline__ double neg(double a) { return -a; }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ double fma_rn(double a, double b, double c) { return __fma_rn(a, b, c); }
+
+// ---------------------------------------------------------------------------------------------
+// Conversions. 16-bit types compute in float and round once on store; from double they round
+// to float with round-to-odd first (24 bits >= 11 + 2 and 8 + 2), so the result is the correctly
+// rounded 16-bit value with no double-rounding error.
+
+__device__ __forceinline__ float double_to_float_rn(double v)
+{
+#ifdef ARRPOS_EMULATED
+    return (float)v;
+#else
+    float f;
+    asm("cvt.rn.f32.f64 %0, %1;" : "=f"(f) : "d"(v));
+    return f;
+#endif
+}
+
+__device__ __forceinline__ float double_to_float_rz(double v)
+{
+#ifdef ARRPOS_EMULATED
+    return arrpos_emu_double2float_rz(v);
+#else
+    float f;
+    asm("cvt.rz.f32.f64 %0, %1;" : "=f"(f) : "d"(v));
+    return f;
+#endif
+}
+
+__device__ __forceinline__ double float_to_double(float f)
+{
+#ifdef ARRPOS_EMULATED
+    return (double)f;
+#else
+    double d;
+    asm("cvt.f64.f32 %0, %1;" : "=d"(d) : "f"(f));
+    return d;
+#endif
+}
+
+__device__ __forceinline__ float round_to_odd_float(double v)
+{
+    float f = double_to_float_rz(v);
+    if (float_to_double(f) != v)  // inexact (or NaN): set the sticky last bit
+        f = __uint_as_float(__float_as_uint(f) | 1u);
+    return f;
+}
+
+__device__ __forceinline__ unsigned short float_to_half_bits(float f)
+{
+#ifdef ARRPOS_EMULATED
+    return arrpos_emu_float_to_half(f);
+#else
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#endif
+}
+
+__device__ __forceinline__ float half_bits_to_float(unsigned short h)
+{
+#ifdef ARRPOS_EMULATED
+    return arrpos_emu_half_to_float(h);
+#else
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#endif
+}
+
+__device__ __forceinline__ unsigned short float_to_bf16_bits(float f)
+{
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)  // NaN stays a (quiet) NaN
+        return (unsigned short)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even; overflow gives inf
+    return (unsigned short)(u >> 16);
+}
+
+template <typename T> struct num;
+
+template <> struct num<float> {
+    typedef float acc;
+    static __device__ __forceinline__ float load(float v) { return v; }
+    static __device__ __forceinline__ float store(float v) { return v; }
+    static __device__ __forceinline__ float from_double(double v) { return double_to_float_rn(v); }
+};
+
+template <> struct num<double> {
+    typedef double acc;
+    static __device__ __forceinline__ double load(double v) { return v; }
+    static __device__ __forceinline__ double store(double v) { return v; }
+    static __device__ __forceinline__ double from_double(double v) { return v; }
+};
+
+template <> struct num<half> {
+    typedef float acc;
+    static __device__ __forceinline__ float load(half v) { return half_bits_to_float(v.bits); }
+    static __device__ __forceinline__ half store(float v)
+    {
+        half h;
+        h.bits = float_to_half_bits(v);
+        return h;
+    }
+    static __device__ __forceinline__ half from_double(double v)
+    {
+        return store(round_to_odd_float(v));
+    }
+};
+
+template <> struct num<bfloat16> {
+    typedef float acc;
+    static __device__ __forceinline__ float load(bfloat16 v)
+    {
+        return __uint_as_float((unsigned int)v.bits << 16);
+    }
+    static __device__ __forceinline__ bfloat16 store(float v)
+    {
+        bfloat16 b;
+        b.bits = float_to_bf16_bits(v);
+        return b;
+    }
+    static __device__ __forceinline__ bfloat16 from_double(double v)
+    {
+        return store(round_to_odd_float(v));
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Exact angles: sin and cos of p * (w_hi + w_lo), right to a few 1e-16 for |p w| < 5e10.
+// p * w_hi is split exactly into big + err with one FMA; big is reduced modulo 2 pi with the
+// Cody-Waite pieces of arrpos._backends._xp (_C1.._C4: 20 significant bits each, so k * C is
+// exact and each subtraction exact for k < 2**33); then sincos in double of |r| <= pi.
+// Every operation is an explicit _rn intrinsic: no compiler may contract p * w_hi into the
+// reduction (big would then differ from the value err was split from). The constants are
+// checked against _xp by tests/test_cupy.py.
+
+#define ARRPOS_C1 6.283180236816406
+#define ARRPOS_C2 5.070360202807933e-06
+#define ARRPOS_C3 2.9774169241214565e-12
+#define ARRPOS_C4 2.068073192717642e-18
+#define ARRPOS_INV_2PI 0.15915494309189535
+
+__device__ __forceinline__ void exact_sincos(double p, double w_hi, double w_lo, double *s,
+                                             double *c)
+{
+    const double big = __dmul_rn(p, w_hi);
+    const double err = __fma_rn(p, w_hi, -big);  // p * w_hi == big + err exactly
+    const double small = __dadd_rn(err, __dmul_rn(p, w_lo));
+    const double k = rint(__dmul_rn(big, ARRPOS_INV_2PI));
+    double r = __dadd_rn(big, -__dmul_rn(k, ARRPOS_C1));
+    r = __dadd_rn(r, -__dmul_rn(k, ARRPOS_C2));
+    r = __dadd_rn(r, -__dmul_rn(k, ARRPOS_C3));
+    r = __dadd_rn(r, __dadd_rn(small, -__dmul_rn(k, ARRPOS_C4)));
+    sincos(r, s, c);
+}
+
+// The items of a row that this thread walks: chunk blockIdx.y of `chunk` items, blockDim.x apart.
+#define ARRPOS_FOR_ITEMS(j, items, chunk)                                                        \
+    for (long long j = (long long)blockIdx.y * (chunk) + threadIdx.x,                           \
+                   j##_end = ((long long)blockIdx.y + 1) * (chunk) < (long long)(items)          \
+                                 ? ((long long)blockIdx.y + 1) * (chunk)                         \
+                                 : (long long)(items);                                           \
+         j < j##_end; j += blockDim.x)
+
+#define ARRPOS_FOR_ROWS(r, rows)                                                                  \
+    for (long long r = (long long)blockIdx.x * blockDim.y + threadIdx.y; r < (rows);             \
+         r += (long long)gridDim.x * blockDim.y)
+
+// ---------------------------------------------------------------------------------------------
+// Sinusoid table: out[row, :] for positions pos[row]; this launch writes the `count`
+// frequencies first .. first + count - 1 of nf (given by value in `f`) and, when `tail` is set,
+// the zero padding columns 2 * nf .. width - 1. Rows of `width` elements, C-contiguous.
+// layout 0: interleaved (s0 c0 s1 c1 ...; an odd width 2 * nf - 1 drops the last cosine),
+// 1: [sin | cos], 2: [cos | sin].
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+sinusoid_table(T *__restrict__ out, const double *__restrict__ pos, const freq_block f,
+               long long rows, int first, int count, int nf, long long width, int tail,
+               int layout, int chunk)
+{
+    const long long pad = tail && width > 2 * (long long)nf ? width - 2 * (long long)nf : 0;
+    ARRPOS_FOR_ROWS(r, rows) {
+        const double p = pos[r];
+        T *row = out + r * width;
+        ARRPOS_FOR_ITEMS(j, count + pad, chunk) {
+            if (j >= count) {
+                row[2 * (long long)nf + (j - count)] = num<T>::from_double(0.0);
+                continue;
+            }
+            double s, c;
+            exact_sincos(p, f.hi[j], f.lo[j], &s, &c);
+            const long long i = first + j;
+            if (layout == 0) {
+                row[2 * i] = num<T>::from_double(s);
+                if (2 * i + 1 < width)
+                    row[2 * i + 1] = num<T>::from_double(c);
+            } else if (layout == 1) {
+                row[i] = num<T>::from_double(s);
+                row[nf + i] = num<T>::from_double(c);
+            } else {
+                row[i] = num<T>::from_double(c);
+                row[nf + i] = num<T>::from_double(s);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoPE tables: cos_out, sin_out, each (rows, 2 * nf) C-contiguous, scaled by `scale` (the
+// attention factor) in double before the one rounding.
+// layout 0: half (cat(f, f)), 1: interleaved (each frequency twice).
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+rope_cos_sin(T *__restrict__ cos_out, T *__restrict__ sin_out, const double *__restrict__ pos,
+             const double *__restrict__ inv_freq, long long rows, int nf, double scale,
+             int layout, int chunk)
+{
+    const long long width = 2 * (long long)nf;
+    ARRPOS_FOR_ROWS(r, rows) {
+        const double p = pos[r];
+        T *crow = cos_out + r * width;
+        T *srow = sin_out + r * width;
+        ARRPOS_FOR_ITEMS(i, nf, chunk) {
+            double s, c;
+            exact_sincos(p, inv_freq[i], 0.0, &s, &c);
+            const T cv = num<T>::from_double(__dmul_rn(c, scale));
+            const T sv = num<T>::from_double(__dmul_rn(s, scale));
+            const long long a = layout == 0 ? i : 2 * i;
+            const long long b = layout == 0 ? i + nf : a + 1;
+            crow[a] = cv;
+            crow[b] = cv;
+            srow[a] = sv;
+            srow[b] = sv;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused RoPE: out = x * cos + rotate(x) * sin over the first 2 * half_rot features of each row,
+// with the remaining `copy_cols` features copied (0 when out is x: in place, nothing to copy).
+//
+// Rows are the (up to four, after the adapter merged what it could) leading axes of out:
+// row = ((i0 * n1 + i1) * n2 + i2) * n3 + i3. Every array has its own element strides for them
+// (0 where it is broadcast: cos/sin over batch and heads, x over a broadcast batch) and for the
+// feature axis. x and out may be the same memory (in place); each pair is read completely
+// before it is written and no two threads touch the same pair, so that is safe. x and out are
+// therefore not __restrict__.
+// layout 0: half (pairs j, j + half_rot), 1: interleaved (pairs 2j, 2j + 1).
+// inverse != 0 rotates back (sin -> -sin).
+// I: the offset type, int when the adapter found every offset below 2**31 (cheaper index
+// arithmetic), else long long.
+
+struct strides4 {  // element strides of the four row axes and the feature axis
+    long long s0, s1, s2, s3, f;
+};
+
+template <typename I> struct row_index {
+    I i0, i1, i2, i3;
+    __device__ __forceinline__ I offset(const strides4 &s) const
+    {
+        return i0 * (I)s.s0 + i1 * (I)s.s1 + i2 * (I)s.s2 + i3 * (I)s.s3;
+    }
+};
+
+template <typename U, typename I>
+__device__ __forceinline__ row_index<I> split_row(long long row, long long n1, long long n2,
+                                                  long long n3)
+{
+    U r = (U)row;
+    const U a3 = (U)n3, a2 = (U)n2, a1 = (U)n1;
+    row_index<I> ix;
+    U q = r / a3;
+    ix.i3 = (I)(r - q * a3);
+    r = q;
+    q = r / a2;
+    ix.i2 = (I)(r - q * a2);
+    r = q;
+    q = r / a1;
+    ix.i1 = (I)(r - q * a1);
+    ix.i0 = (I)q;
+    return ix;
+}
+
+template <typename I>
+__device__ __forceinline__ row_index<I> row_of(long long r, long long rows, long long n1,
+                                               long long n2, long long n3)
+{
+    if (rows <= 4294967295LL)  // uniform: 32-bit division is much cheaper
+        return split_row<unsigned int, I>(r, n1, n2, n3);
+    return split_row<unsigned long long, I>(r, n1, n2, n3);
+}
+
+// One pair: (xa, xb) -> (xa ca - xb sa, xb cb + xa sb), each an FMA of one rounded product,
+// rounded once more to the storage type.
+template <typename T, typename I>
+__device__ __forceinline__ void rotate_pair(const T *xr, T *orow, I a, I b, I xsf, I osf,
+                                            typename num<T>::acc ca, typename num<T>::acc cb,
+                                            typename num<T>::acc sa, typename num<T>::acc sb)
+{
+    typedef typename num<T>::acc acc;
+    const acc xa = num<T>::load(xr[a * xsf]);
+    const acc xb = num<T>::load(xr[b * xsf]);
+    orow[a * osf] = num<T>::store(fma_rn(xa, ca, mul_rn(neg(xb), sa)));
+    orow[b * osf] = num<T>::store(fma_rn(xb, cb, mul_rn(xa, sb)));
+}
+
+// Two pairs per thread through aligned vector loads and stores, when every feature stride is 1
+// and the adapter found every row start aligned to the pack (vec != 0): half layout, pairs
+// (j, j + h) and (j + 1, j + h + 1), two 2-element packs; interleaved, four consecutive
+// elements. The arithmetic is rotate_pair's, element for element.
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) pack {
+    T v[N];
+};
+
+template <typename T, int N>
+__device__ __forceinline__ pack<T, N> load_pack(const T *p)
+{
+    pack<T, N> r;
+#ifdef ARRPOS_EMULATED
+    for (int i = 0; i < N; ++i)
+        r.v[i] = p[i];
+#else
+    if (sizeof(r) == 4) {
+        *reinterpret_cast<unsigned int *>(&r) = *reinterpret_cast<const unsigned int *>(p);
+    } else if (sizeof(r) == 8) {
+        *reinterpret_cast<uint2_ *>(&r) = *reinterpret_cast<const uint2_ *>(p);
+    } else {  // 16 or 32 bytes: 16-byte loads
+        for (int i = 0; i < (int)(sizeof(r) / 16); ++i)
+            reinterpret_cast<uint4_ *>(&r)[i] = reinterpret_cast<const uint4_ *>(p)[i];
+    }
+#endif
+    return r;
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_pack(T *p, const pack<T, N> &r)
+{
+#ifdef ARRPOS_EMULATED
+    for (int i = 0; i < N; ++i)
+        p[i] = r.v[i];
+#else
+    if (sizeof(r) == 4) {
+        *reinterpret_cast<unsigned int *>(p) = *reinterpret_cast<const unsigned int *>(&r);
+    } else if (sizeof(r) == 8) {
+        *reinterpret_cast<uint2_ *>(p) = *reinterpret_cast<const uint2_ *>(&r);
+    } else {
+        for (int i = 0; i < (int)(sizeof(r) / 16); ++i)
+            reinterpret_cast<uint4_ *>(p)[i] = reinterpret_cast<const uint4_ *>(&r)[i];
+    }
+#endif
+}
+
+template <typename T>
+__device__ __forceinline__ typename num<T>::acc signed_sin(T s, int inverse)
+{
+    const typename num<T>::acc v = num<T>::load(s);
+    return inverse ? neg(v) : v;
+}
+
+// one pair of packs: (x[ia], y[ib]) -> (x[ia] c[ia] - y[ib] s[ia], y[ib] d[ib] + x[ia] t[ib])
+template <typename T, int N>
+__device__ __forceinline__ void rotate_in_packs(const pack<T, N> &x, const pack<T, N> &y,
+                                                const pack<T, N> &c, const pack<T, N> &d,
+                                                const pack<T, N> &s, const pack<T, N> &t,
+                                                pack<T, N> &ox, pack<T, N> &oy, int ia, int ib,
+                                                int inverse)
+{
+    typedef typename num<T>::acc acc;
+    const acc xa = num<T>::load(x.v[ia]), xb = num<T>::load(y.v[ib]);
+    ox.v[ia] = num<T>::store(fma_rn(xa, num<T>::load(c.v[ia]),
+                                    mul_rn(neg(xb), signed_sin(s.v[ia], inverse))));
+    oy.v[ib] = num<T>::store(fma_rn(xb, num<T>::load(d.v[ib]),
+                                    mul_rn(xa, signed_sin(t.v[ib], inverse))));
+}
+
+template <typename T>
+__device__ __forceinline__ void rotate_packs(const T *xr, T *orow, const T *cr, const T *sr,
+                                             long long t, int half_rot, int layout, int inverse)
+{
+    if (layout == 0) {
+        const long long a = 2 * t, b = a + half_rot;
+        const pack<T, 2> xa = load_pack<T, 2>(xr + a), xb = load_pack<T, 2>(xr + b);
+        const pack<T, 2> ca = load_pack<T, 2>(cr + a), cb = load_pack<T, 2>(cr + b);
+        const pack<T, 2> sa = load_pack<T, 2>(sr + a), sb = load_pack<T, 2>(sr + b);
+        pack<T, 2> oa, ob;
+        rotate_in_packs<T, 2>(xa, xb, ca, cb, sa, sb, oa, ob, 0, 0, inverse);
+        rotate_in_packs<T, 2>(xa, xb, ca, cb, sa, sb, oa, ob, 1, 1, inverse);
+        store_pack<T, 2>(orow + a, oa);
+        store_pack<T, 2>(orow + b, ob);
+    } else {
+        const long long a = 4 * t;
+        const pack<T, 4> xv = load_pack<T, 4>(xr + a);
+        const pack<T, 4> cv = load_pack<T, 4>(cr + a), sv = load_pack<T, 4>(sr + a);
+        pack<T, 4> ov;
+        rotate_in_packs<T, 4>(xv, xv, cv, cv, sv, sv, ov, ov, 0, 1, inverse);
+        rotate_in_packs<T, 4>(xv, xv, cv, cv, sv, sv, ov, ov, 2, 3, inverse);
+        store_pack<T, 4>(orow + a, ov);
+    }
+}
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(256)
+apply_rope(const T *x, T *out, const T *__restrict__ cos_t, const T *__restrict__ sin_t,
+           long long rows, long long n1, long long n2, long long n3, strides4 xs, strides4 os,
+           strides4 cs, strides4 ss, int half_rot, int copy_cols, int layout, int inverse,
+           int vec, int chunk)
+{
+    typedef typename num<T>::acc acc;
+    const I xsf = (I)xs.f, osf = (I)os.f, csf = (I)cs.f, ssf = (I)ss.f;
+    const int rotated = vec ? half_rot / 2 : half_rot;  // items that rotate: packs or pairs
+    ARRPOS_FOR_ROWS(r, rows) {
+        const row_index<I> ix = row_of<I>(r, rows, n1, n2, n3);
+        const T *xr = x + ix.offset(xs);
+        T *orow = out + ix.offset(os);
+        const T *cr = cos_t + ix.offset(cs);
+        const T *sr = sin_t + ix.offset(ss);
+        ARRPOS_FOR_ITEMS(jj, rotated + copy_cols, chunk) {
+            const I j = (I)jj;
+            if (j < rotated && vec) {
+                rotate_packs<T>(xr, orow, cr, sr, jj, half_rot, layout, inverse);
+            } else if (j < rotated) {
+                const I a = layout == 0 ? j : 2 * j;
+                const I b = layout == 0 ? a + half_rot : a + 1;
+                acc sa = num<T>::load(sr[a * ssf]);
+                acc sb = num<T>::load(sr[b * ssf]);
+                if (inverse) {
+                    sa = neg(sa);
+                    sb = neg(sb);
+                }
+                rotate_pair<T, I>(xr, orow, a, b, xsf, osf, num<T>::load(cr[a * csf]),
+                                  num<T>::load(cr[b * csf]), sa, sb);
+            } else {
+                const I col = 2 * (I)half_rot + (j - rotated);
+                orow[col * osf] = xr[col * xsf];  // pass-through features, bit for bit
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused RoPE from half-width caches (ONNX RotaryEmbedding): pair j of a row turns by
+// cos_c[id, j] and sin_c[id, j] with id = ids[row] (int64, broadcast through zero strides),
+// i.e. apply_rope on the widened gathered tables without materialising them. Ids are clamped
+// into [0, max_pos) so that no thread reads outside the caches; the adapter's caller has
+// checked them. Cache strides in elements: row (cr, sr) and column (cc, sc).
+
+// Two pairs per thread (vec != 0: feature and cache column strides 1, rows aligned): one
+// 2-element pack of each cache serves both halves (half layout) or is widened to the four
+// interleaved elements; the arithmetic is the pair-by-pair path's.
+template <typename T>
+__device__ __forceinline__ void rotate_cached_packs(const T *xr, T *orow, const T *crow,
+                                                    const T *srow, long long t, int half_rot,
+                                                    int layout, int inverse)
+{
+    const pack<T, 2> c = load_pack<T, 2>(crow + 2 * t), s = load_pack<T, 2>(srow + 2 * t);
+    if (layout == 0) {
+        const long long a = 2 * t, b = a + half_rot;
+        const pack<T, 2> xa = load_pack<T, 2>(xr + a), xb = load_pack<T, 2>(xr + b);
+        pack<T, 2> oa, ob;
+        rotate_in_packs<T, 2>(xa, xb, c, c, s, s, oa, ob, 0, 0, inverse);
+        rotate_in_packs<T, 2>(xa, xb, c, c, s, s, oa, ob, 1, 1, inverse);
+        store_pack<T, 2>(orow + a, oa);
+        store_pack<T, 2>(orow + b, ob);
+    } else {
+        const pack<T, 4> cv = {{c.v[0], c.v[0], c.v[1], c.v[1]}};
+        const pack<T, 4> sv = {{s.v[0], s.v[0], s.v[1], s.v[1]}};
+        const pack<T, 4> xv = load_pack<T, 4>(xr + 4 * t);
+        pack<T, 4> ov;
+        rotate_in_packs<T, 4>(xv, xv, cv, cv, sv, sv, ov, ov, 0, 1, inverse);
+        rotate_in_packs<T, 4>(xv, xv, cv, cv, sv, sv, ov, ov, 2, 3, inverse);
+        store_pack<T, 4>(orow + 4 * t, ov);
+    }
+}
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(256)
+apply_rope_cached(const T *x, T *out, const T *__restrict__ cos_c, const T *__restrict__ sin_c,
+                  const long long *__restrict__ ids, long long rows, long long n1, long long n2,
+                  long long n3, strides4 xs, strides4 os, strides4 is, long long cr,
+                  long long cc, long long sr, long long sc, long long max_pos, int half_rot,
+                  int copy_cols, int layout, int inverse, int vec, int chunk)
+{
+    typedef typename num<T>::acc acc;
+    const I xsf = (I)xs.f, osf = (I)os.f;
+    const int rotated = vec ? half_rot / 2 : half_rot;
+    ARRPOS_FOR_ROWS(r, rows) {
+        const row_index<I> ix = row_of<I>(r, rows, n1, n2, n3);
+        const T *xr = x + ix.offset(xs);
+        T *orow = out + ix.offset(os);
+        long long id = ids[ix.offset(is)];
+        id = id < 0 ? 0 : (id >= max_pos ? max_pos - 1 : id);
+        const T *crow = cos_c + id * cr;
+        const T *srow = sin_c + id * sr;
+        ARRPOS_FOR_ITEMS(jj, rotated + copy_cols, chunk) {
+            const I j = (I)jj;
+            if (j < rotated && vec) {
+                rotate_cached_packs<T>(xr, orow, crow, srow, jj, half_rot, layout, inverse);
+            } else if (j < rotated) {
+                const I a = layout == 0 ? j : 2 * j;
+                const I b = layout == 0 ? a + half_rot : a + 1;
+                const acc c = num<T>::load(crow[j * cc]);
+                const acc s0 = num<T>::load(srow[j * sc]);
+                const acc s = inverse ? neg(s0) : s0;
+                rotate_pair<T, I>(xr, orow, a, b, xsf, osf, c, c, s, s);
+            } else {
+                const I col = 2 * (I)half_rot + (j - rotated);
+                orow[col * osf] = xr[col * xsf];
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ALiBi bias (heads, q_len, k_len), C-contiguous, from float64 slopes; q_pos = i + query_offset,
+// k_pos = j. mode 0 causal: -slope * (q_pos - k_pos) where k_pos <= q_pos, else 0;
+// 1 symmetric: -slope * |q_pos - k_pos|; 2 key: slope * k_pos. Computed in double, rounded once.
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+alibi_bias(T *__restrict__ out, const double *__restrict__ slopes, long long heads,
+           long long q_len, long long k_len, long long query_offset, int mode, int chunk)
+{
+    const long long rows = heads * q_len;
+    ARRPOS_FOR_ROWS(r, rows) {
+        const long long h = r / q_len;  // once per row, not per element
+        const long long q_pos = (r - h * q_len) + query_offset;
+        const double slope = slopes[h];
+        T *row = out + r * k_len;
+        ARRPOS_FOR_ITEMS(j, k_len, chunk) {
+            // slope * (k_pos - q_pos) rather than -slope * (q_pos - k_pos): +0.0 on the
+            // diagonal, as the generic code gives
+            const long long back = j - q_pos;
+            double v;
+            if (mode == 0)
+                v = back <= 0 ? __dmul_rn(slope, (double)back) : 0.0;
+            else if (mode == 1)
+                v = __dmul_rn(slope, (double)(back > 0 ? -back : back));
+            else
+                v = __dmul_rn(slope, (double)j);
+            row[j] = num<T>::from_double(v);
+        }
+    }
+}
+
+}  // namespace arrpos
