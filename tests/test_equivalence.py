@@ -85,18 +85,21 @@ def test_kernel_checks_shapes():
     hi, lo = power_frequencies(4, 8, 10000.0)
     rc, rs, pc, ps = _numpy._rotation_tables(hi.tobytes(), lo.tobytes())
     pos = np.arange(10.0)
-    work = np.empty((1, 16))
+    f32 = _cpu.F32
     with pytest.raises(ValueError, match="out"):
-        _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, work, np.empty((9, 8), np.float32), 0, 1)
+        _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, np.empty((9, 8), np.float32), f32, 0)
     with pytest.raises(ValueError, match="out"):
-        _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, work, np.empty((10, 6), np.float32), 0, 1)
+        _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, np.empty((10, 6), np.float32), f32, 0)
+    with pytest.raises(ValueError, match="out"):  # wrong element type for the code
+        _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, np.empty((10, 8)), f32, 0)
     with pytest.raises(ValueError, match="layout"):
-        _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, work, np.empty((10, 8), np.float32), 5, 1)
-    with pytest.raises(ValueError, match="work"):
-        _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, work, np.empty((10, 8), np.float32), 0, 4)
-    with pytest.raises(ValueError):  # non-contiguous output is refused by the memoryview
-        _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, work,
-                            np.empty((10, 16), np.float32)[:, ::2], 0, 1)
+        _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, np.empty((10, 8), np.float32), f32, 5)
+    with pytest.raises(ValueError, match="nthreads"):
+        _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, np.empty((10, 8), np.float32), f32, 0,
+                            0)
+    with pytest.raises(ValueError, match="out"):  # non-contiguous output
+        _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo,
+                            np.empty((10, 16), np.float32)[:, ::2], f32, 0)
 
 
 # ---- RoPE kernels --------------------------------------------------------------------------
@@ -181,18 +184,25 @@ def test_apply_rope_large_streaming_and_threads():
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
 
 
-def test_apply_rope_declines_what_it_cannot_serve():
-    """Mixed dtypes and a non-contiguous last axis go to the generic path, with its result."""
+def test_apply_rope_mixed_and_strided():
+    """float32 x with float64 tables (the README's flow) reaches the kernel (tables converted
+    once); a non-contiguous last axis is refused late and served by the generic path."""
+    from arrpos._backends import Unsupported, _cpu
+
     rng = np.random.default_rng(3)
     x = rng.normal(size=(3, 4, 16)).astype(np.float32)
-    cos64 = rng.normal(size=(4, 16))
-    assert not _numpy.supports("apply_rope", (x, cos64, cos64, None))
-    a = _apply(x, cos64, cos64, layout="half", inverse=False)
-    b = _xp.apply_rope(xp.asarray(x), cos64, cos64, layout="half", inverse=False, xp=xp)
-    np.testing.assert_array_equal(a, b)
+    ang = rng.uniform(-3, 3, size=(4, 16))
+    cos64, sin64 = np.cos(ang), np.sin(ang)
+    assert _numpy.supports("apply_rope", (x, cos64, sin64, None))
+    a = _numpy.apply_rope(x, cos64, sin64, layout="half", inverse=False, xp=xp)
+    b = _xp.apply_rope(xp.asarray(x), cos64, sin64, layout="half", inverse=False, xp=xp)
+    assert a.dtype == b.dtype == np.float32
+    np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
     xs = rng.normal(size=(3, 4, 32)).astype(np.float32)[..., ::2]
     c = rng.normal(size=(4, 16)).astype(np.float32)
-    assert not _numpy.supports("apply_rope", (xs, c, c, None))
+    with pytest.raises(Unsupported):
+        _cpu.apply_rope(xs, c, c, np.empty(xs.shape, np.float32), _cpu.F32, _cpu.F32, True,
+                        True)
     a = _apply(xs, c, c, layout="interleaved", inverse=True)
     b = _xp.apply_rope(xp.asarray(xs), c, c, layout="interleaved", inverse=True, xp=xp)
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
@@ -227,26 +237,42 @@ def test_rope_cos_sin_real_positions(pos, half, layout):
 
 
 def test_rope_kernels_check_shapes():
-    from arrpos._backends import _cpu
+    """The raw kernel refuses (Unsupported, nothing written) what it cannot serve."""
+    from arrpos._backends import Unsupported, _cpu
 
+    f32 = _cpu.F32
     x = np.zeros((1, 2, 3, 8), np.float32)
     c = np.zeros((1, 2, 3, 8), np.float32)
-    w = np.zeros((1, 8), np.float32)
-    with pytest.raises(ValueError, match="rotary width"):
-        _cpu.apply_rope(x, c[..., :3], c[..., :3], x.copy(), w, False, False, False, 1)
-    with pytest.raises(ValueError, match="sin"):
-        _cpu.apply_rope(x, c, c[:, :, :2], x.copy(), w, False, False, False, 1)
-    with pytest.raises(ValueError, match="out"):
-        _cpu.apply_rope(x, c, c, np.zeros((1, 2, 3, 6), np.float32), w, False, False, False, 1)
-    with pytest.raises(ValueError, match="contiguous"):
-        _cpu.apply_rope(np.zeros((1, 2, 3, 16), np.float32)[..., ::2], c, c, x.copy(), w,
-                        False, False, False, 1)
-    with pytest.raises(ValueError, match="inplace"):
-        _cpu.apply_rope(x, c, c, x.copy(), w, False, False, True, 1)
-    with pytest.raises(ValueError, match="work"):
-        _cpu.apply_rope(x, c, c, x.copy(), w, False, False, False, 3, True)
-    with pytest.raises(ValueError, match="nthreads"):
-        _cpu.apply_rope(x, c, c, x.copy(), None, False, False, False, 0)
+    buf = np.arange(49, dtype=np.float32)
+    bad = [
+        (x, c[..., :3], c[..., :3], x.copy(), f32),  # odd rotary width
+        (x, c, c[:, :, :2], x.copy(), f32),  # sin's shape differs from cos's
+        (x, c, c, np.zeros((1, 2, 3, 6), np.float32), f32),  # out's shape
+        (np.zeros((1, 2, 3, 16), np.float32)[..., ::2], c, c, x.copy(), f32),  # strided rows
+        (x, c, c, x.astype(np.float64), f32),  # out's dtype
+        (buf[:48].reshape(x.shape), c, c, buf[1:].reshape(x.shape), f32),  # out overlaps x
+        (x.astype(np.float64), c, c, x.astype(np.float64), _cpu.F64),  # table type mismatch
+        (x, np.zeros((5, 2, 3, 8), np.float32), np.zeros((5, 2, 3, 8), np.float32), x.copy(),
+         f32),  # tables would broadcast x
+    ]
+    for args in bad:
+        out = args[3]
+        before = out.copy()
+        with pytest.raises(Unsupported):
+            _cpu.apply_rope(*args[:4], args[4], _cpu.F32, False, False)
+        np.testing.assert_array_equal(out, before)
+    ro = x.copy()
+    ro.flags.writeable = False
+    with pytest.raises(Unsupported):
+        _cpu.apply_rope(x, c, c, ro, f32, f32, False, False)
+
+
+def aligned_empty(shape, dtype, align=64):
+    """An empty array whose data starts on an ``align``-byte boundary."""
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = np.empty(n + align, dtype=np.uint8)
+    start = (-buf.ctypes.data) % align
+    return buf[start:start + n].view(dtype).reshape(shape)
 
 
 _STREAM_SCRIPT = """
@@ -257,7 +283,9 @@ from arrpos._backends import _numpy, _xp
 def at_offset(shape, dt, offset):
     # an output whose data starts `offset` bytes past a 64-byte boundary
     n = int(np.prod(shape)) * np.dtype(dt).itemsize
-    return _numpy.aligned_empty((n + 64,), np.uint8)[offset:offset + n].view(dt).reshape(shape)
+    buf = np.empty(n + 128, dtype=np.uint8)
+    start = (-buf.ctypes.data) % 64 + offset
+    return buf[start:start + n].view(dt).reshape(shape)
 
 
 rng = np.random.default_rng(5)
