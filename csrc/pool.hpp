@@ -21,6 +21,7 @@
 #include <vector>
 #if defined(__unix__) || defined(__APPLE__)
 #include <pthread.h>
+#include <sched.h>
 #define ARRPOS_HAVE_ATFORK 1
 #endif
 #endif
@@ -36,7 +37,8 @@ inline int env_threads()
     static int n = 0;
     if (n == 0) {
         int v = 0;
-        for (const char *name : {"ARRPOS_NUM_THREADS", "OMP_NUM_THREADS"}) {
+        static const char *const names[2] = {"ARRPOS_NUM_THREADS", "OMP_NUM_THREADS"};
+        for (const char *name : names) {
             const char *s = std::getenv(name);
             if (s && std::atoi(s) > 0) {
                 v = std::atoi(s);

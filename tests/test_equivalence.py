@@ -320,3 +320,253 @@ def test_streaming_paths_at_every_simd_level(level):
                          text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "ok"
+
+
+# ---- 16-bit storage, tables of another type, fused gather, q and k together ------------------
+
+import ml_dtypes  # noqa: E402  (installed with the test extras; NumPy's bfloat16)
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F16 = np.dtype(np.float16)
+# relative spacing of each storage type: the kernels compute in float32 (16-bit) and round once
+EPS = {np.dtype(np.float32): 2.0**-22, np.dtype(np.float64): 2.0**-50, F16: 2.0**-10,
+       BF16: 2.0**-7}
+
+
+def _widen(a):
+    return np.asarray(a).astype(np.float64)
+
+
+def _rope64(x, cos, sin, layout, inverse):
+    """The float64 formula on widened inputs (independent of the code under test)."""
+    x, cos, sin = _widen(x), _widen(cos), _widen(sin)
+    r = cos.shape[-1]
+    xr = x[..., :r]
+    if layout == "half":
+        rot = np.concatenate([-xr[..., r // 2:], xr[..., :r // 2]], axis=-1)
+    else:
+        rot = np.stack([-xr[..., 1::2], xr[..., ::2]], axis=-1).reshape(xr.shape)
+    y = xr * cos - rot * sin if inverse else xr * cos + rot * sin
+    return np.concatenate([y, np.broadcast_to(x[..., r:], y.shape[:-1] + (x.shape[-1] - r,))],
+                          axis=-1), np.abs(xr) * np.abs(cos) + np.abs(rot) * np.abs(sin)
+
+
+def _close(got, x, cos, sin, layout, inverse):
+    """got within one rounding of its storage type (plus float32 work) of the float64 result."""
+    ref, mag = _rope64(x, cos, sin, layout, inverse)
+    r = cos.shape[-1]
+    eps = EPS[np.dtype(got.dtype)]
+    err = np.abs(_widen(got) - ref)
+    tol = np.concatenate([eps * np.maximum(np.abs(ref[..., :r]), mag) + 1e-30,
+                          np.zeros(ref.shape[:-1] + (ref.shape[-1] - r,))], axis=-1)
+    assert got.shape == ref.shape and got.dtype == x.dtype
+    assert (err <= tol).all(), f"max excess {(err - tol).max()}"
+
+
+@st.composite
+def rope16_case(draw):
+    """rope_case with any storage type for x and a table type drawn separately."""
+    dtype = draw(st.sampled_from([F16, BF16, np.dtype(np.float32), np.dtype(np.float64)]))
+    tdtype = draw(st.sampled_from([dtype, np.dtype(np.float32), np.dtype(np.float64)]))
+    x, cos, sin = draw(rope_case())
+    return x.astype(dtype), cos.astype(tdtype), sin.astype(tdtype)
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=rope16_case(), layout=st.sampled_from(ROPE_LAYOUTS), inverse=st.booleans(),
+       inplace=st.booleans())
+def test_apply_rope_every_storage_type(case, layout, inverse, inplace):
+    x, cos, sin = case
+    if inplace:
+        x = x.copy()
+        before = x.copy()
+        got = _numpy.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp, out=x)
+        assert got is x
+        _close(x, before, cos, sin, layout, inverse)
+    else:
+        _close(_numpy.apply_rope(x, cos, sin, layout=layout, inverse=inverse, xp=xp),
+               x, cos, sin, layout, inverse)
+
+
+def test_sixteen_bit_rounding_is_to_nearest_even():
+    """Products that land exactly between two 16-bit values round to the even one."""
+    # x * 1 + 0 * s: exact ties of the storage grid come from x itself, so build ties in x's
+    # float32 product: x = 1 + 2**-11 (float16 tie) through cos = 1 + 2**-11, x = 1
+    for dt, half_ulp in ((F16, 2.0**-11), (BF16, 2.0**-8)):
+        x = np.ones((1, 4), dtype=dt)
+        cos = np.full((1, 4), 1 + half_ulp, dtype=np.float32)
+        cos[0, 1] = 1 + 3 * half_ulp  # tie above an odd value: rounds up
+        sin = np.zeros((1, 4), dtype=np.float32)
+        got = _widen(_numpy.apply_rope(x, cos, sin, layout="half", inverse=False, xp=xp))
+        np.testing.assert_array_equal(got[0], [1.0, 1 + 4 * half_ulp, 1.0, 1.0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(pos=int_positions, half=st.integers(1, 24), layout=st.sampled_from(LAYOUTS),
+       dtype=st.sampled_from([F16, BF16]))
+def test_sinusoid_into_sixteen_bits(pos, half, layout, dtype):
+    """Rounded once from the exact table: equal to the float64 table rounded (1 ulp where the
+    reference conversion itself may round twice)."""
+    hi, lo = power_frequencies(half, 2 * half, 10000.0)
+    a = _numpy.sinusoid_table(pos, hi, lo, layout=layout, dtype=dtype, width=2 * half, xp=xp)
+    b = _xp.sinusoid_table(xp.asarray(pos), hi, lo, layout=layout, dtype=np.float64,
+                           width=2 * half, xp=xp)
+    assert a.dtype == dtype
+    if dtype == F16:
+        np.testing.assert_array_equal(_widen(a), _widen(b.astype(F16)))
+    else:
+        np.testing.assert_allclose(_widen(a), b, rtol=0, atol=2.0**-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(pos=int_positions, half=st.integers(1, 24), layout=st.sampled_from(ROPE_LAYOUTS),
+       dtype=st.sampled_from([F16, BF16]))
+def test_rope_cos_sin_into_sixteen_bits(pos, half, layout, dtype):
+    inv = 1.0 / 1e4 ** (np.arange(half) * 2.0 / (2 * half))
+    a = _numpy.rope_cos_sin(pos, inv, layout=layout, attention_factor=1.0, axes=None,
+                            dtype=dtype, xp=xp)
+    b = _xp.rope_cos_sin(xp.asarray(pos), xp.asarray(inv), layout=layout, attention_factor=1.0,
+                         axes=None, dtype=np.float64, xp=xp)
+    for u, v in zip(a, b):
+        assert u.dtype == dtype and u.shape == v.shape
+        np.testing.assert_allclose(_widen(u), v, rtol=0, atol=2.0**-11 if dtype == F16 else 2.0**-8)
+
+
+def cached_reference(x, cos_cache, sin_cache, position_ids, *, layout, inverse):
+    """apply_rope_cached by its definition (API.md): gather the half-width rows, widen them to
+    the layout, apply the float64 formula. Returns (result, magnitude) in float64."""
+    c = _widen(cos_cache)[position_ids]
+    s = _widen(sin_cache)[position_ids]
+    if layout == "half":
+        c, s = np.concatenate([c, c], axis=-1), np.concatenate([s, s], axis=-1)
+    else:
+        c, s = np.repeat(c, 2, axis=-1), np.repeat(s, 2, axis=-1)
+    return c, s
+
+
+@st.composite
+def cached_case(draw):
+    """x of 1-5 axes (random axis order), position ids broadcasting against x.shape[:-1]
+    (size-1 axes, fewer axes), half-width caches of any storage type."""
+    ndim = draw(st.integers(1, 5))
+    lead = draw(st.lists(st.integers(1, 4), min_size=ndim - 1, max_size=ndim - 1))
+    half_r = draw(st.integers(1, 40))
+    d = 2 * half_r + draw(st.integers(0, 5))
+    dtype = draw(st.sampled_from([F16, BF16, np.dtype(np.float32), np.dtype(np.float64)]))
+    tdtype = draw(st.sampled_from([dtype, np.dtype(np.float32), np.dtype(np.float64)]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    x = rng.normal(size=tuple(lead) + (d,)).astype(dtype)
+    if ndim > 2 and draw(st.booleans()):  # non-contiguous leading axes
+        x = np.swapaxes(np.ascontiguousarray(np.swapaxes(x, 0, 1)), 0, 1)
+    pshape = [1 if draw(st.booleans()) else n for n in lead]
+    pshape = tuple(pshape[draw(st.integers(0, len(pshape))):])
+    npos = draw(st.integers(1, 50))
+    pos = rng.integers(0, npos, size=pshape).astype(draw(st.sampled_from([np.int64, np.int32])))
+    ang = rng.uniform(-4, 4, size=(npos, half_r))
+    return x, np.cos(ang).astype(tdtype), np.sin(ang).astype(tdtype), pos
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=cached_case(), layout=st.sampled_from(ROPE_LAYOUTS), inverse=st.booleans(),
+       inplace=st.booleans())
+def test_apply_rope_cached_fused_gather(case, layout, inverse, inplace):
+    x, cc, sc, pos = case
+    c, s = cached_reference(x, cc, sc, pos, layout=layout, inverse=inverse)
+    if inplace:
+        x = x.copy()
+        before = x.copy()
+        got = _numpy.apply_rope_cached(x, cc, sc, pos, layout=layout, inverse=inverse, xp=xp,
+                                       out=x)
+        assert got is x
+        _close(x, before, c, s, layout, inverse)
+    else:
+        got = _numpy.apply_rope_cached(x, cc, sc, pos, layout=layout, inverse=inverse, xp=xp)
+        _close(got, x, c, s, layout, inverse)
+
+
+def test_apply_rope_cached_per_sequence_positions_and_bad_ids():
+    """32 sequences, each at its own position (a decode batch); ids outside the cache raise."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(32, 1, 8, 128)).astype(np.float32)
+    ang = rng.uniform(-4, 4, size=(4096, 64))
+    cc, sc = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    pos = rng.integers(0, 4096, size=(32, 1, 1))
+    got = _numpy.apply_rope_cached(x, cc, sc, pos, layout="half", inverse=False, xp=xp)
+    c, s = cached_reference(x, cc, sc, pos, layout="half", inverse=False)
+    _close(got, x, c, s, "half", False)
+    for bad in (-1, 4096):
+        p = pos.copy()
+        p[3] = bad
+        out = np.zeros_like(x)
+        with pytest.raises(ValueError, match="position_ids"):
+            _numpy.apply_rope_cached(x, cc, sc, p, layout="half", inverse=False, xp=xp, out=out)
+        assert not out.any()  # nothing written
+
+
+def test_apply_rope_cached_large_threads_and_streaming():
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(2, 512, 16, 128)).astype(np.float32)  # 8 MiB: streaming, 2 threads
+    ang = rng.uniform(-4, 4, size=(600, 48))  # partial rotary: R = 96
+    cc, sc = np.cos(ang), np.sin(ang)
+    pos = rng.integers(0, 600, size=(2, 512, 1))
+    for layout in ROPE_LAYOUTS:
+        got = _numpy.apply_rope_cached(x, cc.astype(np.float32), sc.astype(np.float32), pos,
+                                       layout=layout, inverse=True, xp=xp)
+        c, s = cached_reference(x, cc.astype(np.float32), sc.astype(np.float32), pos,
+                                layout=layout, inverse=True)
+        _close(got, x, c, s, layout, True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(heads=st.tuples(st.integers(1, 6), st.integers(1, 6)), half_r=st.integers(1, 20),
+       extra=st.integers(0, 4), layout=st.sampled_from(ROPE_LAYOUTS), inverse=st.booleans(),
+       dtype=st.sampled_from([F16, BF16, np.dtype(np.float32), np.dtype(np.float64)]),
+       with_out=st.booleans(), seed=st.integers(0, 2**31))
+def test_apply_rope_qk(heads, half_r, extra, layout, inverse, dtype, with_out, seed):
+    """q and k (k with its own head count) in one call equal two separate rotations."""
+    rng = np.random.default_rng(seed)
+    d = 2 * half_r + extra
+    q = rng.normal(size=(2, 5, heads[0], d)).astype(dtype)
+    k = rng.normal(size=(2, 5, heads[1], d)).astype(dtype)
+    ang = rng.uniform(-4, 4, size=(5, 1, 2 * half_r))
+    cos, sin = np.cos(ang), np.sin(ang)
+    out = (np.empty_like(q), np.empty_like(k)) if with_out else None
+    qo, ko = _numpy.apply_rope_qk(q, k, cos, sin, layout=layout, inverse=inverse, xp=xp,
+                                  out=out)
+    if with_out:
+        assert qo is out[0] and ko is out[1]
+    # the tables are converted to float32 for 16-bit and float32 x (the kernel's table type)
+    tdt = np.float64 if dtype == np.float64 else np.float32
+    _close(qo, q, cos.astype(tdt), sin.astype(tdt), layout, inverse)
+    _close(ko, k, cos.astype(tdt), sin.astype(tdt), layout, inverse)
+
+
+def test_torch_sixteen_bit_tensors_through_dlpack():
+    """torch float16 / bfloat16 CPU tensors reach the kernels (bfloat16 as int16 bits)."""
+    torch = pytest.importorskip("torch")
+    tmod = _dispatch.adapter("_torch_cpu")
+    rng = np.random.default_rng(9)
+    x64 = rng.normal(size=(2, 6, 4, 32))
+    ang = rng.uniform(-4, 4, size=(6, 1, 32))
+    for tdt, ndt in ((torch.float16, F16), (torch.bfloat16, BF16)):
+        x = torch.from_numpy(x64).to(tdt)
+        cos, sin = torch.from_numpy(np.cos(ang)).float(), torch.from_numpy(np.sin(ang)).float()
+        assert tmod.supports("apply_rope", (x, cos, sin, None), layout="half", inverse=False)
+        got = tmod.apply_rope(x, cos, sin, layout="half", inverse=False, xp=None)
+        assert got.dtype == tdt
+        xn = x.float().numpy().astype(ndt)
+        got_n = got.float().numpy().astype(ndt)
+        _close(got_n, xn, cos.numpy(), sin.numpy(), "half", False)
+        ptr = x.data_ptr()
+        tmod.apply_rope(x, cos, sin, layout="interleaved", inverse=True, xp=None, out=x)
+        assert x.data_ptr() == ptr
+        _close(x.float().numpy().astype(ndt), xn, cos.numpy(), sin.numpy(), "interleaved", True)
+        pos = torch.tensor([[3], [0]])
+        cc, sc = torch.from_numpy(np.cos(ang[:, 0, :16])).to(tdt), torch.from_numpy(
+            np.sin(ang[:, 0, :16])).to(tdt)
+        got = tmod.apply_rope_cached(x[:, :1, 0], cc, sc, pos, layout="half", inverse=False,
+                                     xp=None)
+        c, s = cached_reference(None, cc.float().numpy(), sc.float().numpy(), pos.numpy(),
+                                layout="half", inverse=False)
+        _close(got.float().numpy().astype(ndt), x[:, :1, 0].float().numpy().astype(ndt), c, s,
+               "half", False)
