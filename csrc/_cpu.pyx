@@ -71,6 +71,14 @@ cdef extern from "kernels.hpp" namespace "arrpos":
                                                int nthreads) noexcept nogil
     int simd_level() noexcept nogil
 
+cdef extern from "memory.hpp" namespace "arrpos":
+    cdef struct Block:
+        void *ptr
+        size_t size
+    Block block_alloc(size_t n) noexcept
+    void block_release(Block b) noexcept
+    void blocks_trim() noexcept
+
 # storage type codes (types.hpp)
 F32 = 0
 F64 = 1
@@ -297,3 +305,48 @@ def stream_copy(cnp.ndarray src, cnp.ndarray dst, int nthreads=1):
     cdef Py_ssize_t n = cnp.PyArray_NBYTES(src)
     with nogil:
         cpp_stream_copy(d, s, n, nthreads)
+
+
+cdef class OutputBlock:
+    """Memory of one large kernel output (see csrc/memory.hpp): 2 MiB aligned with huge pages
+    requested, handed back to a small free list when the last array using it goes away."""
+    cdef Block block
+    cdef Py_ssize_t nbytes
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+    cdef int exports
+
+    def __cinit__(self, Py_ssize_t nbytes):
+        self.block = block_alloc(<size_t>nbytes)
+        if self.block.ptr == NULL:
+            raise MemoryError(f"cannot allocate {nbytes} bytes")
+        self.nbytes = nbytes
+
+    def __getbuffer__(self, Py_buffer *buf, int flags):
+        self.shape[0] = self.nbytes
+        self.strides[0] = 1
+        buf.buf = self.block.ptr
+        buf.obj = self
+        buf.len = self.nbytes
+        buf.readonly = 0
+        buf.itemsize = 1
+        buf.format = "B"
+        buf.ndim = 1
+        buf.shape = self.shape
+        buf.strides = self.strides
+        buf.suboffsets = NULL
+        buf.internal = NULL
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer *buf):
+        self.exports -= 1
+
+    def __dealloc__(self):
+        if self.block.ptr != NULL:
+            block_release(self.block)
+            self.block.ptr = NULL
+
+
+def trim_output_blocks():
+    """Unmap the output blocks kept for reuse."""
+    blocks_trim()

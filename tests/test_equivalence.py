@@ -570,3 +570,24 @@ def test_torch_sixteen_bit_tensors_through_dlpack():
                                 layout="half", inverse=False)
         _close(got.float().numpy().astype(ndt), x[:, :1, 0].float().numpy().astype(ndt), c, s,
                "half", False)
+
+
+def test_large_outputs_reuse_blocks_without_sharing_live_memory():
+    """Allocating calls from 8 MiB get reusable blocks: live results never share memory, a
+    released block serves the next call, and every result is right."""
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(2, 512, 16, 128)).astype(np.float32)  # 8 MiB
+    ang = rng.uniform(-3, 3, size=(512, 1, 128))
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    a = _numpy.apply_rope(x, cos, sin, layout="half", inverse=False, xp=xp)
+    b = _numpy.apply_rope(x, cos, sin, layout="half", inverse=True, xp=xp)
+    assert not np.may_share_memory(a, b)
+    assert a.flags.writeable and a.flags.c_contiguous and a.ctypes.data % 64 == 0
+    _close(a, x, cos, sin, "half", False)
+    _close(b, x, cos, sin, "half", True)
+    ptr = b.ctypes.data
+    del b
+    c = _numpy.apply_rope(x, cos, sin, layout="interleaved", inverse=False, xp=xp)
+    assert c.ctypes.data == ptr  # the released block came back
+    _close(c, x, cos, sin, "interleaved", False)
+    _close(a, x, cos, sin, "half", False)  # untouched by the later calls

@@ -20,6 +20,7 @@ __all__ = ["apply_rope", "apply_rope_cached", "apply_rope_qk", "have_openmp", "m
 _BLOCK = 64  # rows per block of the table kernels: the 64-row rotation table stays in L2
 _PARALLEL_MIN_BYTES = 1 << 18  # output bytes below which one thread runs (a wake-up is ~µs)
 _STREAM_MIN_BYTES = 8 << 20  # outputs above this bypass the cache (no read-for-ownership)
+_BLOCK_MIN_BYTES = 8 << 20  # allocating calls from here get reusable huge-page blocks
 _LAYOUT_CODE = {"interleaved": 0, "split": 1, "split_cos": 2}
 _F32, _F64, _F16, _BF16 = _cpu.F32, _cpu.F64, _cpu.F16, _cpu.BF16
 _APPLY_TYPES = _cpu.APPLY_TYPES
@@ -43,6 +44,9 @@ def _dtype_codes() -> dict:
 
 
 _CODES = _dtype_codes()
+_CODE_BY_ID = {id(dt): code for dt, code in _CODES.items()}  # the keys of _CODES keep them alive
+_I64 = np.dtype(np.int64)
+_MAX_THREADS = _cpu.max_threads()  # read once by the extension too
 
 
 def max_threads() -> int:
@@ -57,7 +61,27 @@ def have_openmp() -> bool:
 
 def thread_count(nbytes: int) -> int:
     """Threads for a call writing ``nbytes``: one below the size where a wake-up pays off."""
-    return 1 if nbytes < _PARALLEL_MIN_BYTES else _cpu.max_threads()
+    return 1 if nbytes < _PARALLEL_MIN_BYTES else _MAX_THREADS
+
+
+def empty_bytes(nbytes: int):
+    """A writable uint8 array of ``nbytes`` for a kernel output: from ``_BLOCK_MIN_BYTES`` on,
+    in a 2 MiB aligned block that returns to a small free list when the array goes away, so a
+    repeated allocating call finds its pages already mapped (a fresh 128 MiB output otherwise
+    pays as many page faults as the kernel's own work). At most two blocks are kept."""
+    if nbytes < _BLOCK_MIN_BYTES:
+        return np.empty(nbytes, dtype=np.uint8)
+    return np.frombuffer(_cpu.OutputBlock(nbytes), dtype=np.uint8)
+
+
+def _empty(shape, dtype):
+    """``np.empty(shape, dtype)``, large ones in reusable blocks (see ``empty_bytes``)."""
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
+    if nbytes < _BLOCK_MIN_BYTES:
+        return np.empty(shape, dtype=dtype)
+    return empty_bytes(nbytes).view(dtype).reshape(shape)
 
 
 def _np_xp():
@@ -85,31 +109,70 @@ def _rotation_tables(hi_bytes: bytes, lo_bytes: bytes):
     return tables
 
 
-def supports(op, arrays, **kwargs) -> bool:
-    """Whether the kernels may serve ``op`` on these NumPy arrays: element types only (cheap);
-    the kernels check shapes, strides and overlap and raise ``Unsupported`` late."""
-    if op not in _OPS or not arrays:
-        return False
+def _code(dtype):
+    """The storage code of a dtype (KeyError if the kernels have none); builtin dtypes are
+    singletons, so the identity lookup serves nearly every call without hashing a dtype."""
+    code = _CODE_BY_ID.get(id(dtype))
+    return _CODES[dtype] if code is None else code
+
+
+def _arrays_ok(arrays) -> bool:
     for a in arrays:
         if a is not None and type(a) is not np.ndarray:
             return False
-    if op in ("sinusoid_table", "rope_cos_sin"):
-        return kwargs.get("axes") is None and np.dtype(kwargs["dtype"]) in _CODES
-    if op == "apply_rope_cached":
-        x, cos, sin, pos, out = arrays
-        return (x.dtype in _CODES and cos.dtype in _CODES and sin.dtype == cos.dtype
-                and pos.dtype.kind in "iu" and (out is None or out.dtype == x.dtype))
-    tables = arrays[2:4] if op == "apply_rope_qk" else arrays[1:3]
-    xs = arrays[:2] if op == "apply_rope_qk" else arrays[:1]
-    return (all(x.dtype in _CODES for x in xs) and tables[0].dtype in _CODES
-            and tables[1].dtype == tables[0].dtype)
+    return True
+
+
+def _has_code(dtype) -> bool:
+    return id(dtype) in _CODE_BY_ID or dtype in _CODES
+
+
+def _tables_ok(arrays, kwargs) -> bool:
+    return kwargs.get("axes") is None and np.dtype(kwargs["dtype"]) in _CODES
+
+
+def _apply_ok(arrays, kwargs) -> bool:
+    x, cos, sin, out = arrays
+    return _has_code(x.dtype) and _has_code(cos.dtype) and sin.dtype == cos.dtype and (
+        out is None or out.dtype == x.dtype)
+
+
+def _qk_ok(arrays, kwargs) -> bool:
+    q, k, cos, sin, out = arrays
+    return (_apply_ok((q, cos, sin, None), kwargs) and _has_code(k.dtype)
+            and (out is None or (out[0].dtype == q.dtype and out[1].dtype == k.dtype)))
+
+
+def _cached_ok(arrays, kwargs) -> bool:
+    x, cos, sin, pos, out = arrays
+    return (_has_code(x.dtype) and _has_code(cos.dtype) and sin.dtype == cos.dtype
+            and pos.dtype.kind in "iu" and (out is None or out.dtype == x.dtype))
+
+
+_SUPPORTS = {"sinusoid_table": _tables_ok, "rope_cos_sin": _tables_ok, "apply_rope": _apply_ok,
+             "apply_rope_qk": _qk_ok, "apply_rope_cached": _cached_ok}
+
+
+def supports(op, arrays, **kwargs) -> bool:
+    """Whether the kernels may serve ``op`` on these NumPy arrays: element types only (cheap);
+    the kernels check shapes, strides and overlap and raise ``Unsupported`` late."""
+    check = _SUPPORTS.get(op)
+    if check is None or not arrays:
+        return False
+    if op == "apply_rope_qk":  # out is a pair
+        out = arrays[4]
+        if not _arrays_ok(arrays[:4]) or (out is not None and not _arrays_ok(out)):
+            return False
+    elif not _arrays_ok(arrays):
+        return False
+    return check(arrays, kwargs)
 
 
 # ---- tables ----------------------------------------------------------------------------------
 
 def _table_out(out, shape, dtype, name="out"):
     if out is None:
-        return np.empty(shape, dtype=dtype)
+        return _empty(shape, dtype)
     if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
         raise ValueError(
             f"{name} must be a C-contiguous {np.dtype(dtype).name} array of shape {shape}, "
@@ -177,15 +240,17 @@ def _tables_for(tx, cos, sin, tc):
 def _rotate(x, cos, sin, out, tx, tc, interleaved, inverse, pos=None):
     """The kernel into ``out`` (allocated when None); returns the result."""
     if out is None:
-        out = np.empty(x.shape, dtype=x.dtype)
+        out = _empty(x.shape, x.dtype)
     nbytes = out.nbytes
-    nthreads = 1 if nbytes < _PARALLEL_MIN_BYTES else _cpu.max_threads()
+    if nbytes < _PARALLEL_MIN_BYTES:  # decode-sized: one thread, cached stores
+        nthreads, stream = 1, False
+    else:
+        nthreads, stream = _MAX_THREADS, nbytes >= _STREAM_MIN_BYTES
     if pos is None:
-        _cpu.apply_rope(x, cos, sin, out, tx, tc, interleaved, inverse, nthreads,
-                        nbytes >= _STREAM_MIN_BYTES)
+        _cpu.apply_rope(x, cos, sin, out, tx, tc, interleaved, inverse, nthreads, stream)
     else:
         _cpu.apply_rope_cached(x, cos, sin, pos, out, tx, tc, interleaved, inverse, nthreads,
-                               nbytes >= _STREAM_MIN_BYTES)
+                               stream)
     return out
 
 
@@ -193,17 +258,17 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope``; strided and broadcast cos/sin are read in place, not copied.
     Tables of another float type than the kernels pair with ``x`` are converted once (they
     are small next to ``x``), then rounded once like the generic path's promoted product."""
-    tx = _CODES[x.dtype]
-    cos, sin, tc = _tables_for(tx, cos, sin, _CODES[cos.dtype])
+    tx = _code(x.dtype)
+    cos, sin, tc = _tables_for(tx, cos, sin, _code(cos.dtype))
     return _rotate(x, cos, sin, out, tx, tc, layout == "interleaved", inverse)
 
 
 def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope_qk``: both rotations in one call (``k`` may have fewer heads)."""
-    tq, tk = _CODES[q.dtype], _CODES[k.dtype]
+    tq, tk = _code(q.dtype), _code(k.dtype)
     inter = layout == "interleaved"
-    cq, sq, tcq = _tables_for(tq, cos, sin, _CODES[cos.dtype])
-    ck, sk, tck = (cq, sq, tcq) if tk == tq else _tables_for(tk, cos, sin, _CODES[cos.dtype])
+    cq, sq, tcq = _tables_for(tq, cos, sin, _code(cos.dtype))
+    ck, sk, tck = (cq, sq, tcq) if tk == tq else _tables_for(tk, cos, sin, _code(cos.dtype))
     qo, ko = (None, None) if out is None else out
     return (_rotate(q, cq, sq, qo, tq, tcq, inter, inverse),
             _rotate(k, ck, sk, ko, tk, tck, inter, inverse))
@@ -212,23 +277,26 @@ def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
 def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope_cached``: one fused gather-and-rotate over the half-width
     caches; ids are checked by the kernel (ValueError naming position_ids)."""
-    tx = _CODES[x.dtype]
-    tc = _CODES[cos_cache.dtype]
+    tx = _code(x.dtype)
+    tc = _code(cos_cache.dtype)
     pos = position_ids
-    if pos.dtype != np.int64:
+    if pos.dtype is not _I64 and pos.dtype != _I64:
         pos = pos.astype(np.int64)
-    if (tx, tc) not in _APPLY_TYPES:  # convert only the rows used, not the whole cache
-        n = cos_cache.shape[0]
-        if pos.size and (pos.min() < 0 or pos.max() >= n):
-            raise ValueError(f"position_ids must lie in [0, {n}) (the cache rows), got values "
-                             f"from {pos.min()} to {pos.max()}")
-        dt = _TABLE_DTYPE[tx]
-        flat = pos.reshape(-1)
-        cos_cache = cos_cache[flat].astype(dt)
-        sin_cache = sin_cache[flat].astype(dt)
-        pos = np.arange(flat.shape[0], dtype=np.int64).reshape(pos.shape)
-        tc = _CODES[dt]
+    if (tx, tc) not in _APPLY_TYPES:
+        cos_cache, sin_cache, pos, tc = _gathered_rows(tx, cos_cache, sin_cache, pos)
     return _rotate(x, cos_cache, sin_cache, out, tx, tc, layout == "interleaved", inverse, pos)
+
+
+def _gathered_rows(tx, cos_cache, sin_cache, pos):
+    """Caches of a type the kernel does not pair with x: convert only the rows used."""
+    n = cos_cache.shape[0]
+    if pos.size and (pos.min() < 0 or pos.max() >= n):
+        raise ValueError(f"position_ids must lie in [0, {n}) (the cache rows), got values "
+                         f"from {pos.min()} to {pos.max()}")
+    dt = _TABLE_DTYPE[tx]
+    flat = pos.reshape(-1)
+    rows = np.arange(flat.shape[0], dtype=np.int64).reshape(pos.shape)
+    return cos_cache[flat].astype(dt), sin_cache[flat].astype(dt), rows, _CODES[dt]
 
 
 def stream_copy(src, dst):

@@ -64,8 +64,18 @@ def _tables(tx, cos, sin):
     return _np(cos), _np(sin), tc
 
 
+def _empty(shape, dtype):
+    """``torch.empty``; large outputs in the kernels' reusable blocks (``_numpy.empty_bytes``)."""
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
+    if nbytes < _numpy._BLOCK_MIN_BYTES:
+        return torch.empty(shape, dtype=dtype)
+    return torch.from_numpy(_numpy.empty_bytes(nbytes)).view(dtype).view(shape)
+
+
 def _rotate(x, cn, sn, tc, out, layout, inverse, pos=None):
-    res = out if out is not None else torch.empty(x.shape, dtype=x.dtype)
+    res = out if out is not None else _empty(tuple(x.shape), x.dtype)
     xn = _np(x)
     on = xn if res is x else _np(res)
     _numpy._rotate(xn, cn, sn, on, _CODES[x.dtype], tc, layout == "interleaved", inverse, pos)
@@ -104,7 +114,7 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse,
 
 def _table_out(out, shape, dtype):
     if out is None:
-        return torch.empty(shape, dtype=dtype)
+        return _empty(shape, dtype)
     if tuple(out.shape) != shape or out.dtype != dtype or not out.is_contiguous():
         raise Unsupported("out is not a contiguous tensor of the table's shape and dtype")
     return out
