@@ -12,6 +12,7 @@
 #ifndef ARRPOS_POOL_HPP
 #define ARRPOS_POOL_HPP
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #if !defined(ARRPOS_NO_THREADS)
@@ -20,8 +21,10 @@
 #include <thread>
 #include <vector>
 #if defined(__unix__) || defined(__APPLE__)
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 #define ARRPOS_HAVE_ATFORK 1
 #endif
 #endif
@@ -87,6 +90,13 @@ class Pool {
                 fn(ctx, i);
             return;
         }
+        using clock = std::chrono::steady_clock;
+        const clock::time_point t0 = clock::now();
+        if (t0 < serial_until_ || !idle_cpu(t0)) {  // the caller does it alone
+            for (ptrdiff_t i = 0; i < n; i++)
+                fn(ctx, i);
+            return;
+        }
         start_workers(nthreads - 1);
         {
             std::lock_guard<std::mutex> g(mutex_);
@@ -103,15 +113,19 @@ class Pool {
             std::lock_guard<std::mutex> g(mutex_);
             open_ = false;  // every chunk is taken: late workers stay out
         }
-        // wait only for workers that joined (their chunks are in flight)
+        // Wait only for workers that joined (their chunks are in flight). Sleep soon: a
+        // worker preempted by another process may then migrate to this core, which would
+        // stay busy if the caller spun.
+        const clock::time_point t1 = clock::now();
         for (int spin = 0; inside_.load(std::memory_order_acquire) != 0; spin++) {
-            if (spin < 4000) {
+            if (spin < 200) {
                 cpu_relax();
                 continue;
             }
             std::unique_lock<std::mutex> g(mutex_);
             cv_done_.wait(g, [&] { return inside_.load(std::memory_order_acquire) == 0; });
         }
+        adapt(t0, t1, clock::now());
     }
 
     static Pool *&instance()
@@ -123,6 +137,74 @@ class Pool {
     std::mutex job_mutex;
 
   private:
+    // The wait policy: a worker that the scheduler preempted while holding a chunk (another
+    // process on its core) makes the caller wait a time slice. When the caller's wait after
+    // its own share exceeds a quarter of that share (and 50 us), parallel calls run on the
+    // caller alone for a while, doubling from 20 ms to 1 s while it keeps happening; one
+    // prompt parallel call resets the backoff. No call is then much slower than one thread.
+    void adapt(std::chrono::steady_clock::time_point t0, std::chrono::steady_clock::time_point t1,
+               std::chrono::steady_clock::time_point t2)
+    {
+        using us = std::chrono::microseconds;
+        auto own = std::chrono::duration_cast<us>(t1 - t0).count();
+        auto wait = std::chrono::duration_cast<us>(t2 - t1).count();
+        if (wait > 50 && 4 * wait > own) {
+            serial_until_ = t2 + us(backoff_us_);
+            backoff_us_ = backoff_us_ * 2 > 1000000 ? 1000000 : backoff_us_ * 2;
+        } else {
+            backoff_us_ = 20000;
+        }
+    }
+
+    // Whether another CPU is free for a worker: the kernels are memory-bound, so a worker
+    // competing with another process for its core gains little and risks a time slice. Linux
+    // reports the runnable threads right now in /proc/loadavg; read at most every 5 ms.
+    bool idle_cpu(std::chrono::steady_clock::time_point now)
+    {
+#if defined(__linux__)
+        if (now - load_checked_ < std::chrono::milliseconds(5))
+            return load_idle_;
+        load_checked_ = now;
+        char buf[128];
+        int fd = open("/proc/loadavg", O_RDONLY);
+        if (fd < 0)
+            return load_idle_ = true;
+        ssize_t len = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (len <= 0)
+            return load_idle_ = true;
+        buf[len] = 0;
+        // "0.50 0.40 0.30 R/T pid": R runnable threads, the caller among them
+        const char *p = buf;
+        for (int field = 0; field < 3 && *p; field++) {
+            while (*p && *p != ' ')
+                p++;
+            while (*p == ' ')
+                p++;
+        }
+        long running = std::strtol(p, nullptr, 10);
+        return load_idle_ = running <= 0 || running < env_threads_cpus();
+#else
+        (void)now;
+        return true;
+#endif
+    }
+
+    static int env_threads_cpus()
+    {
+        static int n = 0;
+        if (n == 0) {
+#if defined(__linux__)
+            cpu_set_t set;
+            n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+#else
+            n = (int)std::thread::hardware_concurrency();
+#endif
+            n = n < 1 ? 1 : n;
+        }
+        return n;
+    }
+
     static void cpu_relax()
     {
 #if defined(__x86_64__) || defined(__i386__)
@@ -190,6 +272,9 @@ class Pool {
     ptrdiff_t total_ = 0;
     bool open_ = false;
     int nthreads_ = 0;
+    std::chrono::steady_clock::time_point serial_until_{}, load_checked_{};
+    bool load_idle_ = true;
+    long long backoff_us_ = 20000;
 };
 
 #if ARRPOS_HAVE_ATFORK
