@@ -71,7 +71,7 @@ def empty_bytes(nbytes: int):
     pays as many page faults as the kernel's own work). At most two blocks are kept."""
     if nbytes < _BLOCK_MIN_BYTES:
         return np.empty(nbytes, dtype=np.uint8)
-    return np.frombuffer(_cpu.OutputBlock(nbytes), dtype=np.uint8)
+    return np.frombuffer(memoryview(_cpu.OutputBlock(nbytes)), dtype=np.uint8)
 
 
 def _empty(shape, dtype):
