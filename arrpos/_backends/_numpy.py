@@ -137,10 +137,19 @@ def _apply_ok(arrays, kwargs) -> bool:
         out is None or out.dtype == x.dtype)
 
 
+def _qk_outs(arrays):
+    """The outputs of an apply_rope_qk call's arrays: (q, k, cos, sin, out) with out a pair or
+    None, or the pair flattened (q, k, cos, sin, q_out, k_out)."""
+    if len(arrays) == 6:
+        return arrays[4:]
+    return (None, None) if arrays[4] is None else tuple(arrays[4])
+
+
 def _qk_ok(arrays, kwargs) -> bool:
-    q, k, cos, sin, out = arrays
-    return (_apply_ok((q, cos, sin, None), kwargs) and _has_code(k.dtype)
-            and (out is None or (out[0].dtype == q.dtype and out[1].dtype == k.dtype)))
+    q, k, cos, sin = arrays[:4]
+    qo, ko = _qk_outs(arrays)
+    return (_apply_ok((q, cos, sin, qo), kwargs) and _has_code(k.dtype)
+            and (ko is None or ko.dtype == k.dtype))
 
 
 def _cached_ok(arrays, kwargs) -> bool:
@@ -160,8 +169,7 @@ def supports(op, arrays, **kwargs) -> bool:
     if check is None or not arrays:
         return False
     if op == "apply_rope_qk":  # out is a pair
-        out = arrays[4]
-        if not _arrays_ok(arrays[:4]) or (out is not None and not _arrays_ok(out)):
+        if not _arrays_ok(arrays[:4]) or not _arrays_ok(_qk_outs(arrays)):
             return False
     elif not _arrays_ok(arrays):
         return False

@@ -32,7 +32,8 @@ def supports(op, arrays, **kwargs) -> bool:
     """CPU tensors without autograd, of a kernel dtype (shapes and strides: checked late)."""
     if op not in _numpy._OPS or not arrays:
         return False
-    for a in arrays:
+    qk = op == "apply_rope_qk"
+    for a in (arrays[:4] + _numpy._qk_outs(arrays)) if qk else arrays:
         if a is not None and (not isinstance(a, torch.Tensor) or not _servable(a)):
             return False
     if op in ("sinusoid_table", "rope_cos_sin"):
@@ -41,12 +42,11 @@ def supports(op, arrays, **kwargs) -> bool:
         x, cos, sin, pos, out = arrays
         return (x.dtype in _CODES and cos.dtype in _CODES and sin.dtype == cos.dtype
                 and pos.dtype in _INT_IDS and (out is None or out.dtype == x.dtype))
-    qk = op == "apply_rope_qk"
     xs, tables = (arrays[:2], arrays[2:4]) if qk else (arrays[:1], arrays[1:3])
-    outs = arrays[4] if qk else (arrays[3],)
+    outs = _numpy._qk_outs(arrays) if qk else (arrays[3],)
     return (all(x.dtype in _CODES for x in xs) and tables[0].dtype in _CODES
             and tables[1].dtype == tables[0].dtype
-            and all(o is None or o.dtype == x.dtype for o, x in zip(outs or (None, None), xs)))
+            and all(o is None or o.dtype == x.dtype for o, x in zip(outs, xs)))
 
 
 def _np(t):
