@@ -1,48 +1,40 @@
 """Build of the compiled CPU kernels (arrpos._backends._cpu); everything else is in pyproject.toml.
 
-OpenMP is used when the compiler accepts it and ARRPOS_NO_OPENMP is not set; without it the
-kernels are built single-threaded. No -march=native: wheels must run on any x86-64/aarch64.
+C++17 templates (csrc/*.hpp) behind a Cython module. Threads come from the kernels' own pool
+(csrc/pool.hpp), not OpenMP; ARRPOS_NO_THREADS=1 (or the older ARRPOS_NO_OPENMP=1) builds a
+single-threaded extension. No -march=native: wheels must run on any x86-64/aarch64; the AVX2 and
+AVX-512 code is chosen at run time.
 """
 import glob
 import os
-import subprocess
 import sys
-import tempfile
 
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 
-def _openmp_flags():
-    if os.environ.get("ARRPOS_NO_OPENMP") or sys.platform == "win32":
-        return [], []
-    cc = os.environ.get("CC", "cc")
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "t.c")
-        with open(src, "w") as f:
-            f.write("#include <omp.h>\nint main(void){return omp_get_max_threads() < 1;}\n")
-        try:
-            res = subprocess.run(
-                [cc, "-fopenmp", src, "-o", os.path.join(tmp, "t")],
-                capture_output=True,
-            )
-        except OSError:
-            return [], []
-    if res.returncode != 0:
-        print("arrpos: building without OpenMP (the compiler does not accept -fopenmp)")
-        return [], []
-    return ["-fopenmp"], ["-fopenmp"]
+def _flags():
+    if sys.platform == "win32":
+        return ["/O2", "/std:c++17", "/DARRPOS_NO_THREADS"]
+    flags = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-math-errno"]
+    if os.environ.get("ARRPOS_NO_THREADS") or os.environ.get("ARRPOS_NO_OPENMP"):
+        flags.append("-DARRPOS_NO_THREADS")
+    else:
+        flags.append("-pthread")
+    return flags
 
 
-compile_omp, link_omp = _openmp_flags()
 ext = Extension(
     "arrpos._backends._cpu",
     ["csrc/_cpu.pyx"],
-    include_dirs=["csrc"],
-    depends=sorted(glob.glob("csrc/*.h")),  # a header change must rebuild the extension
+    language="c++",
+    include_dirs=["csrc", numpy.get_include()],
+    depends=sorted(glob.glob("csrc/*.hpp") + glob.glob("csrc/*.inc")),  # rebuild on change
+    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     # fp-contract off keeps the exact splits exact on targets with FMA.
-    extra_compile_args=["-O3", "-ffp-contract=off", "-std=c99"] + compile_omp,
-    extra_link_args=link_omp,
+    extra_compile_args=_flags(),
+    extra_link_args=[] if sys.platform == "win32" else ["-pthread"],
 )
 
 setup(

@@ -42,7 +42,7 @@ if (root / "arrpos/_backends/kernels.cu").exists():
 missing = [w for w in want if not fnmatch.filter(names, w)]
 stray = [n for n in names if n.startswith(("tests/", "csrc/", "benchmarks/"))]
 src = [n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n]
-s_missing = [w for w in ["csrc/_cpu.pyx", "csrc/*.h", "setup.py", "pyproject.toml",
+s_missing = [w for w in ["csrc/_cpu.pyx", "csrc/*.hpp", "setup.py", "pyproject.toml",
                          "MANIFEST.in", "tests/conftest.py", "benchmarks/run.py",
                          "arrpos/_backends/_cpu.pyi", "arrpos/py.typed"]
              if not fnmatch.filter(src, w)]

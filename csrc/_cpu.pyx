@@ -1,414 +1,352 @@
+# distutils: language = c++
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False, nonecheck=False
-"""Compiled CPU kernels of arrpos (private; called only by ``arrpos._backends._numpy``).
+"""Compiled CPU kernels of arrpos (private; called only by the ``_numpy`` adapter).
 
-Flat functions over typed memoryviews: the caller allocates outputs and passes plain arrays.
-Every function checks shapes before releasing the GIL, so a wrong call raises ValueError
-instead of touching memory it does not own.
+Thin entry points over the C++ templates of ``csrc/kernels.hpp``: each takes NumPy arrays and
+the storage type codes of their elements (``F32``, ``F64``, ``F16``, ``BF16``: a torch bfloat16
+tensor arrives as uint16 bits), reads shapes and strides straight from the array structs (no
+buffer protocol: a decode-sized call costs well under a microsecond here) and runs the
+instantiation for those types. The C++ side checks every shape, stride and overlap before it
+writes; what it cannot serve raises ``Unsupported`` (the dispatcher then runs the generic path).
 """
-from cython.parallel cimport prange, threadid
+cimport numpy as cnp
+from libc.stdint cimport int64_t
 
-ctypedef fused floating:
-    float
-    double
+from . import Unsupported
 
-cdef extern from "arrpos_omp.h":
-    int arrpos_have_openmp() noexcept nogil
-    int arrpos_max_threads() noexcept nogil
+cnp.import_array()
 
-cdef extern from "stream.h":
-    void arrpos_stream_f32(float *dst, const float *src, Py_ssize_t n) noexcept nogil
-    void arrpos_stream_f64(double *dst, const double *src, Py_ssize_t n) noexcept nogil
-    void arrpos_stream_fence() noexcept nogil
+cdef extern from "numpy/arrayobject.h":
+    cnp.PyArray_Descr *descr_of "PyArray_DESCR"(cnp.ndarray) noexcept nogil
+    bint equiv_types "PyArray_EquivTypes"(cnp.PyArray_Descr *, cnp.PyArray_Descr *) noexcept
 
-cdef extern from "sinusoid.h":
-    void arrpos_sin_row_f32(float *out, const double *qc, const double *qs, const double *rc,
-                            const double *rs, Py_ssize_t nf, int layout) noexcept nogil
-    void arrpos_sin_row_f64(double *out, const double *qc, const double *qs, const double *rc,
-                            const double *rs, Py_ssize_t nf, int layout) noexcept nogil
-    void arrpos_cmul_inplace(double *c, double *s, const double *mc, const double *ms,
-                             Py_ssize_t nf) noexcept nogil
-    void arrpos_block_anchor(double *c, double *s, long long q, const double *pc,
-                             const double *ps, Py_ssize_t npow, Py_ssize_t nf) noexcept nogil
-    void arrpos_frac_rot(double *c, double *s, double f, const double *w_hi,
-                         const double *w_lo, Py_ssize_t nf) noexcept nogil
 
-cdef extern from "rope.h":
-    void arrpos_rope_rows_f32(float *out, Py_ssize_t ost, const float *x, Py_ssize_t xst,
-                              const float *c, Py_ssize_t cst, const float *s, Py_ssize_t sst,
-                              Py_ssize_t nrows, Py_ssize_t R, Py_ssize_t D, int interleaved,
-                              float sgn, float *tmp) noexcept nogil
-    void arrpos_rope_rows_f64(double *out, Py_ssize_t ost, const double *x, Py_ssize_t xst,
-                              const double *c, Py_ssize_t cst, const double *s, Py_ssize_t sst,
-                              Py_ssize_t nrows, Py_ssize_t R, Py_ssize_t D, int interleaved,
-                              double sgn, double *tmp) noexcept nogil
-    void arrpos_rope_rows_inplace_f32(float *x, Py_ssize_t xst, const float *c, Py_ssize_t cst,
-                                      const float *s, Py_ssize_t sst, Py_ssize_t nrows,
-                                      Py_ssize_t R, int interleaved, float sgn) noexcept nogil
-    void arrpos_rope_rows_inplace_f64(double *x, Py_ssize_t xst, const double *c, Py_ssize_t cst,
-                                      const double *s, Py_ssize_t sst, Py_ssize_t nrows,
-                                      Py_ssize_t R, int interleaved, double sgn) noexcept nogil
-    void arrpos_rope_table_row_f32(float *cos_out, float *sin_out, const double *qc,
-                                   const double *qs, const double *rc, const double *rs,
-                                   Py_ssize_t nf, int interleaved, double scale) noexcept nogil
-    void arrpos_rope_table_row_f64(double *cos_out, double *sin_out, const double *qc,
-                                   const double *qs, const double *rc, const double *rs,
-                                   Py_ssize_t nf, int interleaved, double scale) noexcept nogil
+cdef inline bint _same_type(cnp.ndarray a, cnp.ndarray b) noexcept:
+    cdef cnp.PyArray_Descr *da = descr_of(a)
+    cdef cnp.PyArray_Descr *db = descr_of(b)
+    return da == db or equiv_types(da, db)
 
-cdef extern from "rope_simd.h":
-    void arrpos_rope_rows_stream_f32(float *out, Py_ssize_t ost, const float *x, Py_ssize_t xst,
-                                     const float *c, Py_ssize_t cst, const float *s,
-                                     Py_ssize_t sst, Py_ssize_t nrows, Py_ssize_t R,
-                                     Py_ssize_t D, int interleaved, float sgn,
-                                     float *tmp) noexcept nogil
-    void arrpos_rope_rows_stream_f64(double *out, Py_ssize_t ost, const double *x,
-                                     Py_ssize_t xst, const double *c, Py_ssize_t cst,
-                                     const double *s, Py_ssize_t sst, Py_ssize_t nrows,
-                                     Py_ssize_t R, Py_ssize_t D, int interleaved, double sgn,
-                                     double *tmp) noexcept nogil
+cdef extern from "types.hpp" namespace "arrpos":
+    cdef cppclass f16:
+        pass
+    cdef cppclass bf16:
+        pass
 
-cdef extern from "math.h" nogil:
-    double floor(double)
+cdef extern from "pool.hpp" namespace "arrpos":
+    bint cpp_have_threads "arrpos::have_threads"() noexcept nogil
+    int cpp_max_threads "arrpos::max_threads"() noexcept nogil
 
-# Consecutive blocks advance the block rotation by one multiply; re-anchor exactly after this many
-# so rounding cannot accumulate past ~1e-14.
-cdef int MAX_STEPS = 64
+cdef extern from "kernels.hpp" namespace "arrpos":
+    cdef struct Strided:
+        char *data
+        int ndim
+        const Py_ssize_t *shape
+        const Py_ssize_t *strides
+    cdef struct ApplyArgs:
+        Strided x, out, cos, sin, pos
+        bint interleaved, inverse, stream
+        int nthreads
+        Py_ssize_t chunk_bytes
+    cdef struct Rotations:
+        const double *rc
+        const double *rs
+        const double *pc
+        const double *ps
+        const double *w_hi
+        const double *w_lo
+        Py_ssize_t block, npow, nf
+    cdef struct TableJob:
+        Rotations rot
+        const double *pos
+        Py_ssize_t n, lda, chunk_rows
+        char *a
+        char *b
+        int layout
+        double scale
+        bint stream
+    int rope_apply[T, Tc](const ApplyArgs &a) noexcept nogil
+    void table[T](TableJob job, int nthreads, Py_ssize_t chunk_bytes) noexcept nogil
+    void cpp_stream_copy "arrpos::stream_copy"(char *dst, const char *src, Py_ssize_t n,
+                                               int nthreads) noexcept nogil
+    int simd_level() noexcept nogil
+
+cdef extern from "memory.hpp" namespace "arrpos":
+    cdef struct Block:
+        void *ptr
+        size_t size
+    Block block_alloc(size_t n) noexcept
+    void block_release(Block b) noexcept
+    void blocks_trim() noexcept
+
+# storage type codes (types.hpp)
+F32 = 0
+F64 = 1
+F16 = 2
+BF16 = 3
+cdef Py_ssize_t[4] _ITEMSIZE = [4, 8, 2, 2]
+# (x, table) storage pairs with a kernel; the adapter converts other tables first
+APPLY_TYPES = frozenset({(0, 0), (1, 1), (2, 2), (2, 0), (3, 3), (3, 0)})
+
+DEF OK = 0
+DEF UNSUPPORTED = 1
+DEF BAD_POSITION = 2
+
+
+def have_threads():
+    """Whether the extension was built with its thread pool (ARRPOS_NO_THREADS: one thread)."""
+    return bool(cpp_have_threads())
 
 
 def have_openmp():
-    """Whether the extension was built with OpenMP."""
-    return bool(arrpos_have_openmp())
+    """Compatibility name of ``have_threads`` (the kernels no longer use OpenMP)."""
+    return bool(cpp_have_threads())
 
 
 def max_threads():
-    """OpenMP's thread count for a parallel region (respects OMP_NUM_THREADS); 1 without OpenMP."""
-    return arrpos_max_threads()
+    """Threads a parallel call may use: ARRPOS_NUM_THREADS, else OMP_NUM_THREADS, else the
+    CPUs this process may run on (read once); 1 when built without threads."""
+    return cpp_max_threads()
 
 
-# ---- exact rotations of a position: rot(p w) = rot(q B w) * rot(r w) [* rot(f w)] -----------
-
-cdef struct Rotations:
-    const double *rc      # (B, nf) rot(r w), r < B
-    const double *rs
-    const double *pc      # (npow, nf) rot(2**k B w)
-    const double *ps
-    const double *w_hi
-    const double *w_lo
-    Py_ssize_t block
-    Py_ssize_t npow
-    Py_ssize_t nf
-
-cdef struct RowState:      # per thread: the current block rotation and a scratch row
-    double *qc
-    double *qs
-    double *fc
-    double *fs
-    long long cur_q
-    int have_q
-    int steps
+def instruction_set():
+    """The vector code the kernels run: 2 AVX-512, 1 AVX2, 0 portable (ARRPOS_SIMD_LEVEL caps)."""
+    return simd_level()
 
 
-cdef inline void _rotation(RowState *st, const Rotations *t, double p, const double **rrc,
-                           const double **rrs) noexcept nogil:
-    """Point (rrc, rrs) at rot(p w) / rot(q B w): the caller multiplies by (st.qc, st.qs)."""
-    cdef double fl = floor(p)
-    cdef double frac = p - fl
-    cdef long long q = <long long>floor(fl / t.block)
-    cdef Py_ssize_t r = <Py_ssize_t>(fl - <double>q * t.block)
-    if not st.have_q or q != st.cur_q:
-        if st.have_q and q == st.cur_q + 1 and st.steps < MAX_STEPS:
-            arrpos_cmul_inplace(st.qc, st.qs, t.pc, t.ps, t.nf)  # pc[0] is rot(B w)
-            st.steps += 1
-        else:
-            arrpos_block_anchor(st.qc, st.qs, q, t.pc, t.ps, t.npow, t.nf)
-            st.steps = 0
-        st.cur_q = q
-        st.have_q = 1
-    rrc[0] = t.rc + r * t.nf
-    rrs[0] = t.rs + r * t.nf
-    if frac != 0.0:
-        arrpos_frac_rot(st.fc, st.fs, frac, t.w_hi, t.w_lo, t.nf)
-        arrpos_cmul_inplace(st.fc, st.fs, rrc[0], rrs[0], t.nf)
-        rrc[0] = st.fc
-        rrs[0] = st.fs
+cdef inline Strided _strided(cnp.ndarray a) noexcept:
+    cdef Strided s
+    s.data = <char *>cnp.PyArray_DATA(a)
+    s.ndim = cnp.PyArray_NDIM(a)
+    s.shape = <const Py_ssize_t *>cnp.PyArray_DIMS(a)
+    s.strides = <const Py_ssize_t *>cnp.PyArray_STRIDES(a)
+    return s
 
 
-cdef inline void _init_state(RowState *st, double *work, Py_ssize_t nf) noexcept nogil:
-    st.qc = work
-    st.qs = work + nf
-    st.fc = work + 2 * nf
-    st.fs = work + 3 * nf
-    st.have_q = 0
-    st.cur_q = 0
-    st.steps = 0
+cdef inline bint _is(cnp.ndarray a, int code) noexcept:
+    return code >= 0 and code < 4 and cnp.PyArray_ITEMSIZE(a) == _ITEMSIZE[code]
 
 
-cdef void _check_rotations(rc, rs, pc, ps, w_hi, w_lo) except *:
+cdef int _run_apply(int tx, int tc, const ApplyArgs *a) noexcept nogil:
+    if tx == 0 and tc == 0:
+        return rope_apply[float, float](a[0])
+    if tx == 1 and tc == 1:
+        return rope_apply[double, double](a[0])
+    if tx == 2 and tc == 2:
+        return rope_apply[f16, f16](a[0])
+    if tx == 2 and tc == 0:
+        return rope_apply[f16, float](a[0])
+    if tx == 3 and tc == 3:
+        return rope_apply[bf16, bf16](a[0])
+    if tx == 3 and tc == 0:
+        return rope_apply[bf16, float](a[0])
+    return UNSUPPORTED
+
+
+cdef int _apply(cnp.ndarray x, cnp.ndarray cos, cnp.ndarray sin, cnp.ndarray out, object pos,
+                int tx, int tc, bint interleaved, bint inverse, int nthreads, bint stream,
+                Py_ssize_t chunk_bytes) except -1:
+    cdef ApplyArgs a
+    if not (_is(x, tx) and _is(cos, tc) and _is(sin, tc)) or cnp.PyArray_NDIM(x) < 1 \
+            or not _same_type(x, out) \
+            or not _same_type(cos, sin) \
+            or not cnp.PyArray_ISWRITEABLE(out) or not cnp.PyArray_ISNOTSWAPPED(x) \
+            or not cnp.PyArray_ISNOTSWAPPED(cos) or cnp.PyArray_NDIM(cos) < 1:
+        raise Unsupported("dtypes, byte order or writability the kernels do not serve")
+    a.x = _strided(x)
+    a.out = _strided(out)
+    a.cos = _strided(cos)
+    a.sin = _strided(sin)
+    a.pos.data = NULL
+    a.pos.ndim = 0
+    if pos is not None:
+        a.pos = _strided(<cnp.ndarray>pos)
+    a.interleaved = interleaved
+    a.inverse = inverse
+    a.stream = stream
+    a.nthreads = nthreads
+    a.chunk_bytes = chunk_bytes
+    with nogil:
+        st = _run_apply(tx, tc, &a)
+    if st == BAD_POSITION:
+        raise ValueError(f"position_ids must lie in [0, {(<object>cos).shape[0]}) (the cache rows), "
+                         f"got values outside")
+    if st != OK:
+        raise Unsupported("a memory layout the kernels do not serve")
+    return 0
+
+
+def apply_rope(cnp.ndarray x, cnp.ndarray cos, cnp.ndarray sin, cnp.ndarray out, int tx, int tc,
+               bint interleaved, bint inverse, int nthreads=1, bint stream=False,
+               Py_ssize_t chunk_bytes=1 << 18):
+    """Rotate the first ``R = cos.shape[-1]`` features of ``x`` into ``out`` (``out`` may be
+    ``x``: in place). ``cos``/``sin`` broadcast against ``x[..., :R]`` (stride 0 on size-1
+    axes); any strides but unit-stride rows; ``tx``/``tc`` the storage codes of x and tables."""
+    _apply(x, cos, sin, out, None, tx, tc, interleaved, inverse, nthreads, stream, chunk_bytes)
+
+
+def apply_rope_cached(cnp.ndarray x, cnp.ndarray cos_cache, cnp.ndarray sin_cache,
+                      cnp.ndarray position_ids, cnp.ndarray out, int tx, int tc,
+                      bint interleaved, bint inverse, int nthreads=1, bint stream=False,
+                      Py_ssize_t chunk_bytes=1 << 18):
+    """Rotate ``x`` by the rows ``position_ids`` (int64, broadcasting against
+    ``x.shape[:-1]``) of the half-width caches ``(max_positions, R/2)``; ids are checked."""
+    if cnp.PyArray_TYPE(position_ids) != cnp.NPY_INT64 or cnp.PyArray_NDIM(cos_cache) != 2 \
+            or not cnp.PyArray_ISNOTSWAPPED(position_ids):
+        raise Unsupported("position_ids must be native int64 and the caches 2-d")
+    _apply(x, cos_cache, sin_cache, out, position_ids, tx, tc, interleaved, inverse, nthreads,
+           stream, chunk_bytes)
+
+
+cdef Rotations _rotations(const double[:, ::1] rc, const double[:, ::1] rs,
+                          const double[:, ::1] pc, const double[:, ::1] ps,
+                          const double[::1] w_hi, const double[::1] w_lo) except *:
+    cdef Rotations t
     cdef Py_ssize_t block = rc.shape[0], nf = rc.shape[1]
-    if tuple(rs.shape[:2]) != (block, nf) or block < 1 or (block & (block - 1)):
+    if rs.shape[0] != block or rs.shape[1] != nf or block < 1 or (block & (block - 1)):
         raise ValueError("rc and rs must both be (B, nf) with B a power of two")
-    if pc.shape[1] != nf or tuple(ps.shape[:2]) != tuple(pc.shape[:2]) or pc.shape[0] < 1:
+    if pc.shape[1] != nf or ps.shape[0] != pc.shape[0] or ps.shape[1] != nf or pc.shape[0] < 1:
         raise ValueError("pc and ps must both be (npow, nf) with npow >= 1")
     if w_hi.shape[0] != nf or w_lo.shape[0] != nf:
         raise ValueError("w_hi and w_lo must have nf elements")
-
-
-cdef inline Rotations _rotations(const double[:, ::1] rc, const double[:, ::1] rs,
-                                 const double[:, ::1] pc, const double[:, ::1] ps,
-                                 const double[::1] w_hi, const double[::1] w_lo) noexcept:
-    cdef Rotations t
     t.rc = &rc[0, 0]
     t.rs = &rs[0, 0]
     t.pc = &pc[0, 0]
     t.ps = &ps[0, 0]
-    t.w_hi = &w_hi[0]
-    t.w_lo = &w_lo[0]
-    t.block = rc.shape[0]
+    t.w_hi = &w_hi[0] if nf else NULL
+    t.w_lo = &w_lo[0] if nf else NULL
+    t.block = block
     t.npow = pc.shape[0]
-    t.nf = rc.shape[1]
+    t.nf = nf
     return t
 
 
-# ---- sinusoid tables ------------------------------------------------------------------------
+cdef void _check_table_out(str name, cnp.ndarray out, Py_ssize_t n, Py_ssize_t width,
+                           int code) except *:
+    if not _is(out, code) or cnp.PyArray_NDIM(out) != 2 or not cnp.PyArray_IS_C_CONTIGUOUS(out) \
+            or not cnp.PyArray_ISWRITEABLE(out) or out.shape[0] != n or out.shape[1] < width:
+        raise ValueError(f"{name} must be a writable C-contiguous ({n}, >= {width}) array of "
+                         f"type code {code}, got {(<object>out).dtype} {(<object>out).shape}")
 
-cdef void _sin_rows(Py_ssize_t j0, Py_ssize_t j1, const double *pos, const Rotations *t,
-                    double *work, floating *out, Py_ssize_t ncols, int layout,
-                    bint stream) noexcept nogil:
-    cdef RowState st
-    cdef const double *rrc
-    cdef const double *rrs
-    cdef Py_ssize_t j, nf = t.nf
-    cdef floating *tmp = <floating *>(work + 4 * nf)
-    cdef floating *dst
-    _init_state(&st, work, nf)
-    for j in range(j0, j1):
-        _rotation(&st, t, pos[j], &rrc, &rrs)
-        dst = tmp if stream else out + j * ncols
-        if floating is float:
-            arrpos_sin_row_f32(dst, st.qc, st.qs, rrc, rrs, nf, layout)
-            if stream:
-                arrpos_stream_f32(out + j * ncols, tmp, 2 * nf)
-        else:
-            arrpos_sin_row_f64(dst, st.qc, st.qs, rrc, rrs, nf, layout)
-            if stream:
-                arrpos_stream_f64(out + j * ncols, tmp, 2 * nf)
-    if stream:
-        arrpos_stream_fence()
+
+cdef void _run_table(int code, TableJob job, int nthreads, Py_ssize_t chunk_bytes) noexcept nogil:
+    if code == 0:
+        table[float](job, nthreads, chunk_bytes)
+    elif code == 1:
+        table[double](job, nthreads, chunk_bytes)
+    elif code == 2:
+        table[f16](job, nthreads, chunk_bytes)
+    else:
+        table[bf16](job, nthreads, chunk_bytes)
 
 
 def sinusoid_table(const double[::1] pos, const double[:, ::1] rc, const double[:, ::1] rs,
                    const double[:, ::1] pc, const double[:, ::1] ps, const double[::1] w_hi,
-                   const double[::1] w_lo, double[:, ::1] work, floating[:, ::1] out,
-                   int layout, int nthreads, bint stream=False):
-    """Write the sinusoid rows of ``pos`` into ``out[:, :2 * nf]``.
-
-    ``rc, rs``: ``(B, nf)`` exact rot(r w), r < B (B a power of two); ``pc, ps``: ``(npow, nf)``
-    exact rot(2**k B w); ``work``: ``(nthreads, >= 4 nf + ncols)`` scratch; ``|pos| < 2**53``.
-    """
-    cdef Py_ssize_t n = pos.shape[0], nf = rc.shape[1], ncols = out.shape[1]
-    cdef int t
-    cdef Rotations rot
-    _check_rotations(rc, rs, pc, ps, w_hi, w_lo)
-    if out.shape[0] != n or ncols < 2 * nf:
-        raise ValueError(f"out must be ({n}, >= {2 * nf}), got ({out.shape[0]}, {ncols})")
+                   const double[::1] w_lo, cnp.ndarray out, int code, int layout,
+                   int nthreads=1, bint stream=False, Py_ssize_t chunk_bytes=1 << 20):
+    """Write the sinusoid rows of ``pos`` into ``out[:, :2 nf]`` (layout 0 interleaved,
+    1 [sin | cos], 2 [cos | sin]). ``rc, rs``: ``(B, nf)`` exact rot(r w), r < B (B a power of
+    two); ``pc, ps``: ``(npow, nf)`` exact rot(2**k B w); ``|pos| < 2**53``."""
+    cdef TableJob job
+    job.rot = _rotations(rc, rs, pc, ps, w_hi, w_lo)
     if layout < 0 or layout > 2:
         raise ValueError(f"layout code must be 0, 1 or 2, got {layout}")
-    if nthreads < 1 or work.shape[0] < nthreads or work.shape[1] < 4 * nf + ncols:
-        raise ValueError("work must be (>= nthreads, >= 4 nf + ncols) with nthreads >= 1")
-    if n == 0 or nf == 0:
-        return
-    rot = _rotations(rc, rs, pc, ps, w_hi, w_lo)
-    if nthreads == 1:
-        with nogil:
-            _sin_rows(0, n, &pos[0], &rot, &work[0, 0], &out[0, 0], ncols, layout, stream)
-        return
-    for t in prange(nthreads, nogil=True, num_threads=nthreads, schedule="static"):
-        _sin_rows(t * n // nthreads, (t + 1) * n // nthreads, &pos[0], &rot, &work[t, 0],
-                  &out[0, 0], ncols, layout, stream)
-
-
-# ---- RoPE cos/sin tables --------------------------------------------------------------------
-
-cdef void _rope_table_rows(Py_ssize_t j0, Py_ssize_t j1, const double *pos, const Rotations *t,
-                           double *work, floating *cos_out, floating *sin_out, int interleaved,
-                           double scale, bint stream) noexcept nogil:
-    cdef RowState st
-    cdef const double *rrc
-    cdef const double *rrs
-    cdef Py_ssize_t j, nf = t.nf, w = 2 * t.nf
-    cdef floating *tc = <floating *>(work + 4 * nf)
-    cdef floating *ts = tc + w
-    _init_state(&st, work, nf)
-    for j in range(j0, j1):
-        _rotation(&st, t, pos[j], &rrc, &rrs)
-        if floating is float:
-            if stream:
-                arrpos_rope_table_row_f32(tc, ts, st.qc, st.qs, rrc, rrs, nf, interleaved, scale)
-                arrpos_stream_f32(cos_out + j * w, tc, w)
-                arrpos_stream_f32(sin_out + j * w, ts, w)
-            else:
-                arrpos_rope_table_row_f32(cos_out + j * w, sin_out + j * w, st.qc, st.qs, rrc,
-                                          rrs, nf, interleaved, scale)
-        else:
-            if stream:
-                arrpos_rope_table_row_f64(tc, ts, st.qc, st.qs, rrc, rrs, nf, interleaved, scale)
-                arrpos_stream_f64(cos_out + j * w, tc, w)
-                arrpos_stream_f64(sin_out + j * w, ts, w)
-            else:
-                arrpos_rope_table_row_f64(cos_out + j * w, sin_out + j * w, st.qc, st.qs, rrc,
-                                          rrs, nf, interleaved, scale)
-    if stream:
-        arrpos_stream_fence()
+    _check_table_out("out", out, pos.shape[0], 2 * job.rot.nf, code)
+    if nthreads < 1:
+        raise ValueError(f"nthreads must be >= 1, got {nthreads}")
+    job.pos = &pos[0] if pos.shape[0] else NULL
+    job.n = pos.shape[0]
+    job.lda = out.shape[1]
+    job.a = <char *>cnp.PyArray_DATA(out)
+    job.b = NULL
+    job.layout = layout
+    job.scale = 1.0
+    job.stream = stream
+    with nogil:
+        _run_table(code, job, nthreads, chunk_bytes)
 
 
 def rope_table(const double[::1] pos, const double[:, ::1] rc, const double[:, ::1] rs,
                const double[:, ::1] pc, const double[:, ::1] ps, const double[::1] w_hi,
-               const double[::1] w_lo, double[:, ::1] work, floating[:, ::1] cos_out,
-               floating[:, ::1] sin_out, bint interleaved, double scale, int nthreads,
-               bint stream=False):
+               const double[::1] w_lo, cnp.ndarray cos_out, cnp.ndarray sin_out, int code,
+               bint interleaved, double scale, int nthreads=1, bint stream=False,
+               Py_ssize_t chunk_bytes=1 << 20):
     """Write RoPE cos/sin rows ``(n, 2 nf)`` of ``pos``, times ``scale``; tables as above."""
-    cdef Py_ssize_t n = pos.shape[0], nf = rc.shape[1]
-    cdef int t
-    cdef Rotations rot
-    _check_rotations(rc, rs, pc, ps, w_hi, w_lo)
-    if cos_out.shape[0] != n or cos_out.shape[1] != 2 * nf:
-        raise ValueError(f"cos_out must be ({n}, {2 * nf}), got ({cos_out.shape[0]}, "
-                         f"{cos_out.shape[1]})")
-    if sin_out.shape[0] != n or sin_out.shape[1] != 2 * nf:
-        raise ValueError(f"sin_out must be ({n}, {2 * nf}), got ({sin_out.shape[0]}, "
-                         f"{sin_out.shape[1]})")
-    if nthreads < 1 or work.shape[0] < nthreads or work.shape[1] < 8 * nf:
-        raise ValueError("work must be (>= nthreads, >= 8 nf) with nthreads >= 1")
-    if n == 0 or nf == 0:
-        return
-    rot = _rotations(rc, rs, pc, ps, w_hi, w_lo)
-    if nthreads == 1:
-        with nogil:
-            _rope_table_rows(0, n, &pos[0], &rot, &work[0, 0], &cos_out[0, 0], &sin_out[0, 0],
-                             interleaved, scale, stream)
-        return
-    for t in prange(nthreads, nogil=True, num_threads=nthreads, schedule="static"):
-        _rope_table_rows(t * n // nthreads, (t + 1) * n // nthreads, &pos[0], &rot, &work[t, 0],
-                         &cos_out[0, 0], &sin_out[0, 0], interleaved, scale, stream)
-
-
-# ---- RoPE application -------------------------------------------------------------------------
-
-cdef void _apply_rows(Py_ssize_t i0, Py_ssize_t i1, Py_ssize_t B, Py_ssize_t C,
-                      const floating *x, const Py_ssize_t *xs, const floating *c,
-                      const floating *s, const Py_ssize_t *cs, const Py_ssize_t *ss,
-                      floating *out, const Py_ssize_t *os, floating *tmp, Py_ssize_t R,
-                      Py_ssize_t D, int interleaved, floating sgn, bint inplace,
-                      bint stream) noexcept nogil:
-    """Rows (a, b, 0..C-1) for a*B + b in [i0, i1): the C rows go to the C kernel in one call."""
-    cdef Py_ssize_t ab, a, b
-    cdef const floating *cr
-    cdef const floating *sr
-    cdef floating *orow
-    for ab in range(i0, i1):
-        a = ab // B
-        b = ab - a * B
-        cr = c + a * cs[0] + b * cs[1]
-        sr = s + a * ss[0] + b * ss[1]
-        orow = out + a * os[0] + b * os[1]
-        if inplace:
-            if floating is float:
-                arrpos_rope_rows_inplace_f32(orow, os[2], cr, cs[2], sr, ss[2], C, R,
-                                             interleaved, sgn)
-            else:
-                arrpos_rope_rows_inplace_f64(orow, os[2], cr, cs[2], sr, ss[2], C, R,
-                                             interleaved, sgn)
-        elif stream:  # results leave through streaming stores (SIMD registers or scratch row)
-            if floating is float:
-                arrpos_rope_rows_stream_f32(orow, os[2], x + a * xs[0] + b * xs[1], xs[2], cr,
-                                            cs[2], sr, ss[2], C, R, D, interleaved, sgn, tmp)
-            else:
-                arrpos_rope_rows_stream_f64(orow, os[2], x + a * xs[0] + b * xs[1], xs[2], cr,
-                                            cs[2], sr, ss[2], C, R, D, interleaved, sgn, tmp)
-        elif floating is float:
-            arrpos_rope_rows_f32(orow, os[2], x + a * xs[0] + b * xs[1], xs[2], cr, cs[2], sr,
-                                 ss[2], C, R, D, interleaved, sgn, NULL)
-        else:
-            arrpos_rope_rows_f64(orow, os[2], x + a * xs[0] + b * xs[1], xs[2], cr, cs[2], sr,
-                                 ss[2], C, R, D, interleaved, sgn, NULL)
-    if stream:
-        arrpos_stream_fence()
-
-
-cdef void _check_shape4(str name, Py_ssize_t *shape, Py_ssize_t a, Py_ssize_t b, Py_ssize_t c,
-                        Py_ssize_t d) except *:
-    if shape[0] != a or shape[1] != b or shape[2] != c or shape[3] != d:
-        raise ValueError(f"{name} must have shape {(a, b, c, d)}, got "
-                         f"{(shape[0], shape[1], shape[2], shape[3])}")
-
-
-cdef void _check_table4(str name, Py_ssize_t *shape, Py_ssize_t a, Py_ssize_t b, Py_ssize_t c,
-                        Py_ssize_t r) except *:
-    if (shape[0] != a and shape[0] != 1) or (shape[1] != b and shape[1] != 1) \
-            or (shape[2] != c and shape[2] != 1) or shape[3] != r:
-        raise ValueError(f"{name} must have shape {(a, b, c, r)} or 1 on broadcast axes, got "
-                         f"{(shape[0], shape[1], shape[2], shape[3])}")
-
-
-def apply_rope(const floating[:, :, :, :] x, const floating[:, :, :, :] cos,
-               const floating[:, :, :, :] sin, floating[:, :, :, :] out,
-               work, bint interleaved, bint inverse, bint inplace,
-               int nthreads, bint stream=False):
-    """Rotate the first ``R = cos.shape[3]`` features of 4-d ``x`` into ``out``.
-
-    ``cos``/``sin`` have x's leading shape or 1 on an axis (read with stride 0: broadcast); every
-    last axis must be contiguous (checked), the other axes may have any strides. ``inplace``: ``out`` is ``x`` (only ``out`` is written). ``work``:
-    ``(>= nthreads, >= D)`` scratch for streaming stores.
-    """
-    cdef Py_ssize_t A = x.shape[0], B = x.shape[1], C = x.shape[2], D = x.shape[3]
-    cdef Py_ssize_t R = cos.shape[3]
-    cdef Py_ssize_t xs[3]
-    cdef Py_ssize_t cs[3]
-    cdef Py_ssize_t ss[3]
-    cdef Py_ssize_t os[3]
-    cdef Py_ssize_t item = sizeof(floating), i, n
-    cdef int t
-    cdef floating sgn = -1 if inverse else 1
-    if R < 2 or R % 2 or R > D:
-        raise ValueError(f"the rotary width cos.shape[-1] must be even, >= 2 and <= {D}, got {R}")
-    _check_table4("cos", cos.shape, A, B, C, R)
-    _check_table4("sin", sin.shape, A, B, C, R)
-    _check_shape4("out", out.shape, A, B, C, D)
-    cdef floating[:, ::1] scratch
-    cdef floating *tmp0 = NULL
-    cdef Py_ssize_t tmp_stride = 0
+    cdef TableJob job
+    job.rot = _rotations(rc, rs, pc, ps, w_hi, w_lo)
+    cdef Py_ssize_t n = pos.shape[0], w = 2 * job.rot.nf
+    _check_table_out("cos_out", cos_out, n, w, code)
+    _check_table_out("sin_out", sin_out, n, w, code)
+    if cos_out.shape[1] != w or sin_out.shape[1] != w:
+        raise ValueError(f"cos_out and sin_out must have {w} columns")
     if nthreads < 1:
         raise ValueError(f"nthreads must be >= 1, got {nthreads}")
-    if stream:  # only streaming uses the scratch rows: decode-sized calls skip the view
-        scratch = work
-        if scratch.shape[0] < nthreads or scratch.shape[1] < D:
-            raise ValueError("work must be (>= nthreads, >= D) when streaming")
-        tmp0 = &scratch[0, 0]
-        tmp_stride = scratch.shape[1]
-    if (x.strides[3] != item and D > 1) or (cos.strides[3] != item and R > 1) \
-            or (sin.strides[3] != item and R > 1) or (out.strides[3] != item and D > 1):
-        raise ValueError("the last axis of x, cos, sin and out must be contiguous")
-    for i in range(3):
-        if x.strides[i] % item or cos.strides[i] % item or sin.strides[i] % item \
-                or out.strides[i] % item:
-            raise ValueError("strides must be multiples of the item size")
-        xs[i] = x.strides[i] // item
-        cs[i] = 0 if cos.shape[i] == 1 else cos.strides[i] // item  # size 1: broadcast
-        ss[i] = 0 if sin.shape[i] == 1 else sin.strides[i] // item
-        os[i] = out.strides[i] // item
-    n = A * B
-    if n == 0 or C == 0 or D == 0:
-        return
-    if inplace and &out[0, 0, 0, 0] != &x[0, 0, 0, 0]:
-        raise ValueError("inplace requires out to be x")
-    if nthreads == 1 or n < nthreads:
-        with nogil:
-            _apply_rows(0, n, B, C, &x[0, 0, 0, 0], xs, &cos[0, 0, 0, 0], &sin[0, 0, 0, 0], cs,
-                        ss, &out[0, 0, 0, 0], os, tmp0, R, D, interleaved, sgn, inplace,
-                        stream)
-        return
-    for t in prange(nthreads, nogil=True, num_threads=nthreads, schedule="static"):
-        _apply_rows(t * n // nthreads, (t + 1) * n // nthreads, B, C, &x[0, 0, 0, 0], xs,
-                    &cos[0, 0, 0, 0], &sin[0, 0, 0, 0], cs, ss, &out[0, 0, 0, 0], os,
-                    tmp0 + t * tmp_stride if stream else NULL, R, D, interleaved, sgn, inplace,
-                    stream)
+    job.pos = &pos[0] if n else NULL
+    job.n = n
+    job.lda = w
+    job.a = <char *>cnp.PyArray_DATA(cos_out)
+    job.b = <char *>cnp.PyArray_DATA(sin_out)
+    job.layout = 4 if interleaved else 3
+    job.scale = scale
+    job.stream = stream
+    with nogil:
+        _run_table(code, job, nthreads, chunk_bytes)
+
+
+def stream_copy(cnp.ndarray src, cnp.ndarray dst, int nthreads=1):
+    """``dst[...] = src`` for C-contiguous arrays of equal byte size, with streaming stores
+    (AVX-512 where available): the memory limit the benchmarks compare against."""
+    if not cnp.PyArray_IS_C_CONTIGUOUS(src) or not cnp.PyArray_IS_C_CONTIGUOUS(dst) \
+            or cnp.PyArray_NBYTES(src) != cnp.PyArray_NBYTES(dst) \
+            or not cnp.PyArray_ISWRITEABLE(dst):
+        raise ValueError("src and dst must be C-contiguous, of equal size, dst writable")
+    cdef char *d = <char *>cnp.PyArray_DATA(dst)
+    cdef const char *s = <const char *>cnp.PyArray_DATA(src)
+    cdef Py_ssize_t n = cnp.PyArray_NBYTES(src)
+    with nogil:
+        cpp_stream_copy(d, s, n, nthreads)
+
+
+cdef class OutputBlock:
+    """Memory of one large kernel output (see csrc/memory.hpp): 2 MiB aligned with huge pages
+    requested, handed back to a small free list when the last array using it goes away."""
+    cdef Block block
+    cdef Py_ssize_t nbytes
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+    cdef int exports
+
+    def __cinit__(self, Py_ssize_t nbytes):
+        self.block = block_alloc(<size_t>nbytes)
+        if self.block.ptr == NULL:
+            raise MemoryError(f"cannot allocate {nbytes} bytes")
+        self.nbytes = nbytes
+
+    def __getbuffer__(self, Py_buffer *buf, int flags):
+        self.shape[0] = self.nbytes
+        self.strides[0] = 1
+        buf.buf = self.block.ptr
+        buf.obj = self
+        buf.len = self.nbytes
+        buf.readonly = 0
+        buf.itemsize = 1
+        buf.format = "B"
+        buf.ndim = 1
+        buf.shape = self.shape
+        buf.strides = self.strides
+        buf.suboffsets = NULL
+        buf.internal = NULL
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer *buf):
+        self.exports -= 1
+
+    def __dealloc__(self):
+        if self.block.ptr != NULL:
+            block_release(self.block)
+            self.block.ptr = NULL
+
+
+def trim_output_blocks():
+    """Unmap the output blocks kept for reuse."""
+    blocks_trim()

@@ -1,45 +1,48 @@
 """Type stub of the compiled CPU kernels (``csrc/_cpu.pyx``), for type checkers.
 
-The kernels take C buffers (typed memoryviews): NumPy arrays of the dtype and contiguity that
-``arrpos._backends._numpy`` prepares. Kernels over ``floating`` (float32 or float64, all such
-arguments alike) are Cython fused functions: callable, and indexable by ``"float"`` or
-``"double"`` for the specialisation (looked up once to skip per-call type dispatch).
+The kernels take NumPy arrays plus the storage type code of their elements (``F32``, ``F64``,
+``F16``, ``BF16``; a torch bfloat16 tensor arrives as int16 bits). What a kernel cannot serve
+raises ``arrpos._backends.Unsupported`` before anything is written.
 """
 from typing import Any
 
 from numpy.typing import NDArray
 
 _F64 = NDArray[Any]  # float64, C-contiguous
-_Floating = NDArray[Any]  # float32 or float64
+_Array = NDArray[Any]
 
+F32: int
+F64: int
+F16: int
+BF16: int
+APPLY_TYPES: frozenset[tuple[int, int]]
+
+def have_threads() -> bool: ...
 def have_openmp() -> bool: ...
 def max_threads() -> int: ...
+def instruction_set() -> int: ...
+def apply_rope(
+    x: _Array, cos: _Array, sin: _Array, out: _Array, tx: int, tc: int, interleaved: bool,
+    inverse: bool, nthreads: int = ..., stream: bool = ..., chunk_bytes: int = ...,
+) -> None: ...
+def apply_rope_cached(
+    x: _Array, cos_cache: _Array, sin_cache: _Array, position_ids: _Array, out: _Array,
+    tx: int, tc: int, interleaved: bool, inverse: bool, nthreads: int = ...,
+    stream: bool = ..., chunk_bytes: int = ...,
+) -> None: ...
+def sinusoid_table(
+    pos: _F64, rc: _F64, rs: _F64, pc: _F64, ps: _F64, w_hi: _F64, w_lo: _F64, out: _Array,
+    code: int, layout: int, nthreads: int = ..., stream: bool = ..., chunk_bytes: int = ...,
+) -> None: ...
+def rope_table(
+    pos: _F64, rc: _F64, rs: _F64, pc: _F64, ps: _F64, w_hi: _F64, w_lo: _F64,
+    cos_out: _Array, sin_out: _Array, code: int, interleaved: bool, scale: float,
+    nthreads: int = ..., stream: bool = ..., chunk_bytes: int = ...,
+) -> None: ...
+def stream_copy(src: _Array, dst: _Array, nthreads: int = ...) -> None: ...
+def trim_output_blocks() -> None: ...
 
-class _SinusoidTable:
-    def __call__(
-        self, pos: _F64, rc: _F64, rs: _F64, pc: _F64, ps: _F64, w_hi: _F64, w_lo: _F64,
-        work: _F64, out: _Floating, layout: int, nthreads: int, stream: bool = ...,
-    ) -> None: ...
-    def __getitem__(self, key: str) -> _SinusoidTable: ...
-
-class _RopeTable:
-    def __call__(
-        self, pos: _F64, rc: _F64, rs: _F64, pc: _F64, ps: _F64, w_hi: _F64, w_lo: _F64,
-        work: _F64, cos_out: _Floating, sin_out: _Floating, interleaved: bool, scale: float,
-        nthreads: int, stream: bool = ...,
-    ) -> None: ...
-    def __getitem__(self, key: str) -> _RopeTable: ...
-
-class _ApplyRope:
-    def __call__(
-        self, x: _Floating, cos: _Floating, sin: _Floating, out: _Floating, work: _Floating,
-        interleaved: bool, inverse: bool, inplace: bool, nthreads: int, stream: bool = ...,
-    ) -> None: ...
-    def __getitem__(self, key: str) -> _ApplyRope: ...
-
-sinusoid_table: _SinusoidTable
-rope_table: _RopeTable
-apply_rope: _ApplyRope
-
-# Kernels added to _cpu.pyx after this stub was written type as Any until they are listed above.
-def __getattr__(name: str) -> Any: ...
+class OutputBlock:
+    """Memory of one large output (a writable buffer); returns to a free list when released."""
+    def __init__(self, nbytes: int) -> None: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...

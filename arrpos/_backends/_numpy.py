@@ -1,43 +1,87 @@
 """NumPy adapter around the compiled CPU kernels (``arrpos._backends._cpu``).
 
-Same function names and signatures as ``_xp``; this module allocates outputs, makes the small
-inputs contiguous, caches per-frequency tables, chooses threads and streaming stores, and hands
-anything the kernels cannot serve (unusual strides, mixed dtypes, multimodal axes) back to
-``_dispatch``, which then runs ``_xp``. It imports only when the extension was built.
+Same function names and signatures as ``_xp``; this module allocates outputs, caches the exact
+per-frequency rotation tables, chooses threads and streaming stores, and tells the kernels the
+storage type of each array (float32, float64, float16, ``ml_dtypes.bfloat16``). Shapes, strides
+and overlaps are checked by the kernels themselves; what they cannot serve raises
+``Unsupported`` and ``_dispatch`` runs ``_xp``. It imports only when the extension was built.
 """
 from __future__ import annotations
 
 import functools
-import threading
 
 import numpy as np
 
 from . import Unsupported, _cpu, _xp
 
-__all__ = ["apply_rope", "have_openmp", "max_threads", "rope_cos_sin", "sinusoid_table", "supports",
-           "thread_count"]
+__all__ = ["apply_rope", "apply_rope_cached", "apply_rope_qk", "have_openmp", "max_threads",
+           "rope_cos_sin", "sinusoid_table", "supports", "thread_count"]
 
 _BLOCK = 64  # rows per block of the table kernels: the 64-row rotation table stays in L2
-_PARALLEL_MIN = 1 << 16  # output elements below which one thread runs (thread start-up ~ µs)
+_PARALLEL_MIN_BYTES = 1 << 18  # output bytes below which one thread runs (a wake-up is ~µs)
 _STREAM_MIN_BYTES = 8 << 20  # outputs above this bypass the cache (no read-for-ownership)
+_BLOCK_MIN_BYTES = 8 << 20  # allocating calls from here get reusable huge-page blocks
 _LAYOUT_CODE = {"interleaved": 0, "split": 1, "split_cos": 2}
-_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-_OPS = ("sinusoid_table", "rope_cos_sin", "apply_rope")
+_F32, _F64, _F16, _BF16 = _cpu.F32, _cpu.F64, _cpu.F16, _cpu.BF16
+_APPLY_TYPES = _cpu.APPLY_TYPES
+_TABLE_DTYPE = {_F32: np.dtype(np.float32), _F64: np.dtype(np.float64),
+                _F16: np.dtype(np.float32), _BF16: np.dtype(np.float32)}
+_OPS = frozenset({"sinusoid_table", "rope_cos_sin", "apply_rope", "apply_rope_cached",
+                  "apply_rope_qk"})
 _NP_XP = None
 
 
+def _dtype_codes() -> dict:
+    codes = {np.dtype(np.float32): _F32, np.dtype(np.float64): _F64,
+             np.dtype(np.float16): _F16}
+    try:  # NumPy's bfloat16 comes from ml_dtypes (a dependency of JAX and others)
+        import ml_dtypes
+
+        codes[np.dtype(ml_dtypes.bfloat16)] = _BF16
+    except ImportError:
+        pass
+    return codes
+
+
+_CODES = _dtype_codes()
+_CODE_BY_ID = {id(dt): code for dt, code in _CODES.items()}  # the keys of _CODES keep them alive
+_I64 = np.dtype(np.int64)
+_MAX_THREADS = _cpu.max_threads()  # read once by the extension too
+
+
 def max_threads() -> int:
-    """Threads OpenMP would use (OMP_NUM_THREADS respected); 1 when built without OpenMP."""
+    """Threads a parallel kernel call may use (ARRPOS_NUM_THREADS / OMP_NUM_THREADS respected)."""
     return _cpu.max_threads()
 
 
 def have_openmp() -> bool:
-    """Whether the extension was built with OpenMP."""
-    return bool(_cpu.have_openmp())
+    """Whether the extension was built with threads (its own pool; the name predates it)."""
+    return bool(_cpu.have_threads())
 
 
-def thread_count(work: int) -> int:
-    return 1 if work < _PARALLEL_MIN else max(1, _cpu.max_threads())
+def thread_count(nbytes: int) -> int:
+    """Threads for a call writing ``nbytes``: one below the size where a wake-up pays off."""
+    return 1 if nbytes < _PARALLEL_MIN_BYTES else _MAX_THREADS
+
+
+def empty_bytes(nbytes: int):
+    """A writable uint8 array of ``nbytes`` for a kernel output: from ``_BLOCK_MIN_BYTES`` on,
+    in a 2 MiB aligned block that returns to a small free list when the array goes away, so a
+    repeated allocating call finds its pages already mapped (a fresh 128 MiB output otherwise
+    pays as many page faults as the kernel's own work). At most two blocks are kept."""
+    if nbytes < _BLOCK_MIN_BYTES:
+        return np.empty(nbytes, dtype=np.uint8)
+    return np.frombuffer(memoryview(_cpu.OutputBlock(nbytes)), dtype=np.uint8)
+
+
+def _empty(shape, dtype):
+    """``np.empty(shape, dtype)``, large ones in reusable blocks (see ``empty_bytes``)."""
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
+    if nbytes < _BLOCK_MIN_BYTES:
+        return np.empty(shape, dtype=dtype)
+    return empty_bytes(nbytes).view(dtype).reshape(shape)
 
 
 def _np_xp():
@@ -65,180 +109,209 @@ def _rotation_tables(hi_bytes: bytes, lo_bytes: bytes):
     return tables
 
 
-def aligned_empty(shape, dtype, align=64):
-    """``np.empty`` whose data starts on an ``align``-byte boundary (NumPy promises 16): whole
-    cache lines let the kernels use full-width streaming stores."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    buf = np.empty(nbytes + align, dtype=np.uint8)
-    start = (-buf.ctypes.data) % align
-    return buf[start:start + nbytes].view(dtype).reshape(shape)
+def _code(dtype):
+    """The storage code of a dtype (KeyError if the kernels have none); builtin dtypes are
+    singletons, so the identity lookup serves nearly every call without hashing a dtype."""
+    code = _CODE_BY_ID.get(id(dtype))
+    return _CODES[dtype] if code is None else code
 
 
-def _kernel_ok(a, dtype):
-    """A NumPy array of ``dtype`` whose last axis the kernels can walk (unit stride)."""
-    return (isinstance(a, np.ndarray) and a.dtype == dtype
-            and (a.strides[-1] == a.itemsize or a.shape[-1] <= 1))
+def _arrays_ok(arrays) -> bool:
+    for a in arrays:
+        if a is not None and type(a) is not np.ndarray:
+            return False
+    return True
 
 
-def _apply_ok(x, cos, sin, out) -> bool:
-    """Inputs the fused apply kernel serves: one dtype, unit-stride rows, and an ``out`` that is
-    either ``x`` itself (in place, writable) or does not overlap it."""
-    dt = x.dtype
-    if not (_kernel_ok(x, dt) and _kernel_ok(cos, dt) and _kernel_ok(sin, dt)):
-        return False
-    if out is None:
-        return True
-    return _kernel_ok(out, dt) and out.flags.writeable and (
-        _same_view(out, x) or not np.may_share_memory(out, x))
+def _has_code(dtype) -> bool:
+    return id(dtype) in _CODE_BY_ID or dtype in _CODES
 
 
-def _same_view(a, b) -> bool:
-    return a is b or (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-                      and a.strides == b.strides and a.shape == b.shape)
+def _tables_ok(arrays, kwargs) -> bool:
+    return kwargs.get("axes") is None and np.dtype(kwargs["dtype"]) in _CODES
+
+
+def _apply_ok(arrays, kwargs) -> bool:
+    x, cos, sin, out = arrays
+    return _has_code(x.dtype) and _has_code(cos.dtype) and sin.dtype == cos.dtype and (
+        out is None or out.dtype == x.dtype)
+
+
+def _qk_outs(arrays):
+    """The outputs of an apply_rope_qk call's arrays: (q, k, cos, sin, out) with out a pair or
+    None, or the pair flattened (q, k, cos, sin, q_out, k_out)."""
+    if len(arrays) == 6:
+        return arrays[4:]
+    return (None, None) if arrays[4] is None else tuple(arrays[4])
+
+
+def _qk_ok(arrays, kwargs) -> bool:
+    q, k, cos, sin = arrays[:4]
+    qo, ko = _qk_outs(arrays)
+    return (_apply_ok((q, cos, sin, qo), kwargs) and _has_code(k.dtype)
+            and (ko is None or ko.dtype == k.dtype))
+
+
+def _cached_ok(arrays, kwargs) -> bool:
+    x, cos, sin, pos, out = arrays
+    return (_has_code(x.dtype) and _has_code(cos.dtype) and sin.dtype == cos.dtype
+            and pos.dtype.kind in "iu" and (out is None or out.dtype == x.dtype))
+
+
+_SUPPORTS = {"sinusoid_table": _tables_ok, "rope_cos_sin": _tables_ok, "apply_rope": _apply_ok,
+             "apply_rope_qk": _qk_ok, "apply_rope_cached": _cached_ok}
 
 
 def supports(op, arrays, **kwargs) -> bool:
-    """Whether the compiled kernel of ``op`` serves these NumPy inputs (float32/float64)."""
-    if op not in _OPS or not arrays or not isinstance(arrays[0], np.ndarray):
+    """Whether the kernels may serve ``op`` on these NumPy arrays: element types only (cheap);
+    the kernels check shapes, strides and overlap and raise ``Unsupported`` late."""
+    check = _SUPPORTS.get(op)
+    if check is None or not arrays:
         return False
-    if op == "apply_rope":
-        x, cos, sin, out = arrays
-        return x.dtype in _KERNEL_DTYPES and _apply_ok(x, cos, sin, out)
-    return kwargs.get("axes") is None and np.dtype(kwargs["dtype"]) in _KERNEL_DTYPES
+    if op == "apply_rope_qk":  # out is a pair
+        if not _arrays_ok(arrays[:4]) or not _arrays_ok(_qk_outs(arrays)):
+            return False
+    elif not _arrays_ok(arrays):
+        return False
+    return check(arrays, kwargs)
 
 
-def _check_out(out, shape, dtype, name="out"):
+# ---- tables ----------------------------------------------------------------------------------
+
+def _table_out(out, shape, dtype, name="out"):
+    if out is None:
+        return _empty(shape, dtype)
     if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
         raise ValueError(
             f"{name} must be a C-contiguous {np.dtype(dtype).name} array of shape {shape}, "
             f"got {out.dtype} {out.shape}"
         )
+    return out
+
+
+def _table_into(positions, hi, lo, out, code, width, layout=None, scale=1.0, sin_out=None):
+    """The table kernel on ``(n, width)`` views of the outputs (shared by the twins and by the
+    torch adapter, which passes 16-bit views and their codes)."""
+    pos = np.ascontiguousarray(positions, dtype=np.float64).reshape(-1)
+    rc, rs, pc, ps = _rotation_tables(hi.tobytes(), lo.tobytes())
+    n = pos.shape[0]
+    nbytes = out.nbytes * (2 if sin_out is not None else 1)
+    nthreads = thread_count(nbytes)
+    stream = nbytes >= _STREAM_MIN_BYTES
+    a = out.reshape(n, width)
+    if sin_out is None:
+        _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, a, code, _LAYOUT_CODE[layout],
+                            nthreads, stream)
+        if width > 2 * hi.shape[0]:
+            a[:, 2 * hi.shape[0]:] = 0
+    else:
+        _cpu.rope_table(pos, rc, rs, pc, ps, hi, lo, a, sin_out.reshape(n, width), code,
+                        layout == "interleaved", float(scale), nthreads, stream)
 
 
 def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
-    """Twin of ``_xp.sinusoid_table`` for NumPy float32/float64 output.
+    """Twin of ``_xp.sinusoid_table`` for NumPy float32/float64/float16/bfloat16 output.
 
     ``out``: an optional preallocated C-contiguous ``P + (width,)`` array of ``dtype``.
     """
-    pos = np.ascontiguousarray(positions, dtype=np.float64).reshape(-1)
-    shape = tuple(np.shape(positions))
+    dtype = np.dtype(dtype)
+    shape = tuple(np.shape(positions)) + (width,)
+    res = _table_out(out, shape, dtype)
     hi = np.ascontiguousarray(hi, dtype=np.float64)
     lo = np.ascontiguousarray(lo, dtype=np.float64)
-    nf = hi.shape[0]
-    if width < 2 * nf:  # odd interleaved width: the kernel writes whole pairs; drop the last cos
-        full = sinusoid_table(positions, hi, lo, layout=layout, dtype=dtype, width=2 * nf, xp=xp)
-        if out is None:
-            return np.ascontiguousarray(full[..., :width])
-        _check_out(out, shape + (width,), dtype)
-        out[...] = full[..., :width]
-        return out
-    rc, rs, pc, ps = _rotation_tables(hi.tobytes(), lo.tobytes())
-    if out is None:
-        out = np.empty((pos.shape[0], width), dtype=dtype)
-    else:
-        _check_out(out, shape + (width,), dtype)
-    out2 = out.reshape(pos.shape[0], width)
-    nthreads = thread_count(out.size)
-    work = np.empty((nthreads, 4 * nf + width), dtype=np.float64)
-    _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, work, out2, _LAYOUT_CODE[layout], nthreads,
-                        out.nbytes >= _STREAM_MIN_BYTES)
-    if width > 2 * nf:
-        out2[:, 2 * nf :] = 0
-    return out2.reshape(shape + (width,))
+    if width < 2 * hi.shape[0]:  # odd interleaved width (keras-hub): whole pairs, last cos dropped
+        full = _empty(shape[:-1] + (2 * hi.shape[0],), dtype)
+        _table_into(positions, hi, lo, full, _CODES[dtype], full.shape[-1], layout)
+        res[...] = full[..., :width]
+        return res
+    _table_into(positions, hi, lo, res, _CODES[dtype], width, layout)
+    return res
 
 
 def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
     """Twin of ``_xp.rope_cos_sin``: cos/sin tables ``P + (2F,)`` from exact rotations."""
-    pos = np.ascontiguousarray(positions, dtype=np.float64).reshape(-1)
-    shape = tuple(np.shape(positions))
+    dtype = np.dtype(dtype)
     w = np.ascontiguousarray(inv_freq, dtype=np.float64).reshape(-1)
-    lo = np.zeros_like(w)
-    rc, rs, pc, ps = _rotation_tables(w.tobytes(), lo.tobytes())
-    nf = w.shape[0]
-    full = shape + (2 * nf,)
-    if out is None:
-        cos = np.empty(full, dtype=dtype)
-        sin = np.empty(full, dtype=dtype)
-    else:
-        cos, sin = out
-        _check_out(cos, full, dtype, "out[0]")
-        _check_out(sin, full, dtype, "out[1]")
-    n = pos.shape[0]
-    nthreads = thread_count(2 * cos.size)
-    work = np.empty((nthreads, 8 * nf), dtype=np.float64)
-    _cpu.rope_table(pos, rc, rs, pc, ps, w, lo, work, cos.reshape(n, 2 * nf),
-                    sin.reshape(n, 2 * nf), layout == "interleaved", float(attention_factor),
-                    nthreads, 2 * cos.nbytes >= _STREAM_MIN_BYTES)
+    full = tuple(np.shape(positions)) + (2 * w.shape[0],)
+    cos = _table_out(None if out is None else out[0], full, dtype, "out[0]")
+    sin = _table_out(None if out is None else out[1], full, dtype, "out[1]")
+    _table_into(positions, w, np.zeros_like(w), cos, _CODES[dtype], full[-1], layout,
+                attention_factor, sin)
     return cos, sin
 
 
-def _as4d(a, ndim):
-    """A view of ``a`` with exactly 4 axes: leading axes of size 1 added up to ``ndim`` and then
-    to 4, or leading axes merged; None if merging needs a copy."""
-    if a.ndim < ndim:
-        a = a[(None,) * (ndim - a.ndim)]
-    if a.ndim == 4:
-        return a
-    if a.ndim < 4:
-        return a[(None,) * (4 - a.ndim)]
-    try:
-        return np.reshape(a, (-1,) + a.shape[-3:], copy=False)
-    except ValueError:
-        return None
+# ---- RoPE application ---------------------------------------------------------------------------
+
+def _tables_for(tx, cos, sin, tc):
+    """Tables in a type the kernel pairs with x's (``tc`` or, converted once, float32/64)."""
+    if (tx, tc) in _APPLY_TYPES:
+        return cos, sin, tc
+    dt = _TABLE_DTYPE[tx]
+    return cos.astype(dt), sin.astype(dt), _CODES[dt]
 
 
-# fused Cython functions dispatch on their argument types at every call; a decode step cannot
-# afford that, so the specialisations are looked up once
-_APPLY = {np.dtype(np.float32): _cpu.apply_rope["float"],
-          np.dtype(np.float64): _cpu.apply_rope["double"]}
+def _rotate(x, cos, sin, out, tx, tc, interleaved, inverse, pos=None):
+    """The kernel into ``out`` (allocated when None); returns the result."""
+    if out is None:
+        out = _empty(x.shape, x.dtype)
+    nbytes = out.nbytes
+    if nbytes < _PARALLEL_MIN_BYTES:  # decode-sized: one thread, cached stores
+        nthreads, stream = 1, False
+    else:
+        nthreads, stream = _MAX_THREADS, nbytes >= _STREAM_MIN_BYTES
+    if pos is None:
+        _cpu.apply_rope(x, cos, sin, out, tx, tc, interleaved, inverse, nthreads, stream)
+    else:
+        _cpu.apply_rope_cached(x, cos, sin, pos, out, tx, tc, interleaved, inverse, nthreads,
+                               stream)
+    return out
 
 
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
-    """Twin of ``_xp.apply_rope``; strided and broadcast cos/sin are read in place, not copied."""
-    dt = x.dtype
-    inplace = out is not None and _same_view(out, x)
-    if out is not None:
-        res = out
-    elif x.nbytes >= _STREAM_MIN_BYTES:  # whole cache lines for full-width streaming stores
-        res = aligned_empty(x.shape, dt)
-    else:
-        res = np.empty(x.shape, dtype=dt)
-    nd = x.ndim
-    if nd == 4:
-        x4, o4 = x, res
-    else:
-        x4, o4 = _as4d(x, nd), _as4d(res, nd)
-    if x4 is None or o4 is None:
-        raise Unsupported("x's leading axes do not merge without a copy")
-    c4 = cos if cos.ndim == 4 else _as4d(cos, nd)
-    s4 = sin if sin.ndim == 4 else _as4d(sin, nd)
-    if c4 is None or s4 is None or (nd > 4 and (c4.shape[:-1] != x4.shape[:-1]
-                                                or s4.shape[:-1] != x4.shape[:-1])):
-        # more than 4 axes with broadcast tables: materialise the (small) tables' broadcast
-        lead = x.shape[:-1] + (cos.shape[-1],)
-        c4 = _as4d(np.broadcast_to(cos, lead), nd)
-        s4 = _as4d(np.broadcast_to(sin, lead), nd)
-    if c4 is None or s4 is None:
-        raise Unsupported("cos/sin's leading axes do not merge without a copy")
-    stream = not inplace and res.nbytes >= _STREAM_MIN_BYTES
-    nthreads = thread_count(x.size) if x.size >= _PARALLEL_MIN else 1
-    work = _work_rows(nthreads, x.shape[-1], dt) if stream else None  # only streaming uses it
-    _APPLY[dt](x4, c4, s4, o4, work, layout == "interleaved", inverse, inplace, nthreads, stream)
-    return res
+    """Twin of ``_xp.apply_rope``; strided and broadcast cos/sin are read in place, not copied.
+    Tables of another float type than the kernels pair with ``x`` are converted once (they
+    are small next to ``x``), then rounded once like the generic path's promoted product."""
+    tx = _code(x.dtype)
+    cos, sin, tc = _tables_for(tx, cos, sin, _code(cos.dtype))
+    return _rotate(x, cos, sin, out, tx, tc, layout == "interleaved", inverse)
 
 
-_SCRATCH = threading.local()
+def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope_qk``: both rotations in one call (``k`` may have fewer heads)."""
+    tq, tk = _code(q.dtype), _code(k.dtype)
+    inter = layout == "interleaved"
+    cq, sq, tcq = _tables_for(tq, cos, sin, _code(cos.dtype))
+    ck, sk, tck = (cq, sq, tcq) if tk == tq else _tables_for(tk, cos, sin, _code(cos.dtype))
+    qo, ko = (None, None) if out is None else out
+    return (_rotate(q, cq, sq, qo, tq, tcq, inter, inverse),
+            _rotate(k, ck, sk, ko, tk, tck, inter, inverse))
 
 
-def _work_rows(nthreads, d, dtype):
-    """Scratch rows for the OpenMP threads, reused between calls (a decode step should not
-    allocate); one set per Python thread, since kernels run with the GIL released."""
-    cache = getattr(_SCRATCH, "rows", None)
-    if cache is None:
-        cache = _SCRATCH.rows = {}
-    key = (nthreads, d, dtype)
-    w = cache.get(key)
-    if w is None:
-        w = cache[key] = np.empty((nthreads, d), dtype=dtype)
-    return w
+def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope_cached``: one fused gather-and-rotate over the half-width
+    caches; ids are checked by the kernel (ValueError naming position_ids)."""
+    tx = _code(x.dtype)
+    tc = _code(cos_cache.dtype)
+    pos = position_ids
+    if pos.dtype is not _I64 and pos.dtype != _I64:
+        pos = pos.astype(np.int64)
+    if (tx, tc) not in _APPLY_TYPES:
+        cos_cache, sin_cache, pos, tc = _gathered_rows(tx, cos_cache, sin_cache, pos)
+    return _rotate(x, cos_cache, sin_cache, out, tx, tc, layout == "interleaved", inverse, pos)
+
+
+def _gathered_rows(tx, cos_cache, sin_cache, pos):
+    """Caches of a type the kernel does not pair with x: convert only the rows used."""
+    n = cos_cache.shape[0]
+    if pos.size and (pos.min() < 0 or pos.max() >= n):
+        raise ValueError(f"position_ids must lie in [0, {n}) (the cache rows), got values "
+                         f"from {pos.min()} to {pos.max()}")
+    dt = _TABLE_DTYPE[tx]
+    flat = pos.reshape(-1)
+    rows = np.arange(flat.shape[0], dtype=np.int64).reshape(pos.shape)
+    return cos_cache[flat].astype(dt), sin_cache[flat].astype(dt), rows, _CODES[dt]
+
+
+def stream_copy(src, dst):
+    """``dst[...] = src`` with streaming stores (C-contiguous, equal sizes): the copy limit."""
+    _cpu.stream_copy(src, dst, thread_count(dst.nbytes))

@@ -1,0 +1,248 @@
+// Explicit AVX-512 / AVX2 vectors, chosen at run time (no -march=native: wheels stay portable).
+//
+// Isa tags select a family of traits: Vec<Isa, T> loads storage type T into a register of its
+// compute type (widening 16-bit types exactly) and stores back (rounding once, to nearest even),
+// plain or streaming; Ops<Isa, C> is the arithmetic. Functions carry the target attribute of
+// their Isa, so this header compiles with the baseline flags. ARRPOS_SIMD_LEVEL (0, 1, 2) caps
+// the level, to test every path on one machine.
+#ifndef ARRPOS_SIMD_HPP
+#define ARRPOS_SIMD_HPP
+#include <cstdint>
+#include <cstdlib>
+#include "types.hpp"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(ARRPOS_NO_SIMD)
+#define ARRPOS_HAVE_SIMD 1
+#include <immintrin.h>
+#define ARRPOS_T512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#define ARRPOS_T256 __attribute__((target("avx2,fma,f16c")))
+#define ARRPOS_I512 ARRPOS_T512 __attribute__((always_inline)) static inline
+#define ARRPOS_I256 ARRPOS_T256 __attribute__((always_inline)) static inline
+#else
+#define ARRPOS_HAVE_SIMD 0
+#endif
+
+namespace arrpos {
+
+struct Portable {};
+struct Avx2 {};
+struct Avx512 {};
+
+// 2: AVX-512F, 1: AVX2 with F16C, 0: portable C++.
+inline int simd_level()
+{
+    static int level = -1;
+    if (level < 0) {
+        int lvl = 0;
+#if ARRPOS_HAVE_SIMD
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")
+            && __builtin_cpu_supports("fma"))
+            lvl = __builtin_cpu_supports("avx512f") ? 2 : 1;
+#endif
+        const char *cap = std::getenv("ARRPOS_SIMD_LEVEL");
+        if (cap && cap[0] >= '0' && cap[0] <= '2' && cap[0] - '0' < lvl)
+            lvl = cap[0] - '0';
+        level = lvl;
+    }
+    return level;
+}
+
+template <class Isa, class C> struct Ops;
+template <class Isa, class T> struct Vec;
+
+#if ARRPOS_HAVE_SIMD
+// ---- AVX-512 -------------------------------------------------------------------------------
+template <> struct Ops<Avx512, float> {
+    using R = __m512;
+    static constexpr int W = 16;
+    ARRPOS_I512 R set1(float v) { return _mm512_set1_ps(v); }
+    ARRPOS_I512 R mul(R a, R b) { return _mm512_mul_ps(a, b); }
+    ARRPOS_I512 R add(R a, R b) { return _mm512_add_ps(a, b); }
+    ARRPOS_I512 R sub(R a, R b) { return _mm512_sub_ps(a, b); }
+    ARRPOS_I512 R swap_pairs(R a) { return _mm512_permute_ps(a, 0xB1); }
+    ARRPOS_I512 R alt() { return _mm512_castsi512_ps(_mm512_set1_epi64(0x3f800000bf800000LL)); }
+    ARRPOS_I512 R dup_low(R a)  // lanes 0..7 -> 0 0 1 1 ... 7 7
+    {
+        return _mm512_permutexvar_ps(
+            _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), a);
+    }
+};
+template <> struct Ops<Avx512, double> {
+    using R = __m512d;
+    static constexpr int W = 8;
+    ARRPOS_I512 R set1(double v) { return _mm512_set1_pd(v); }
+    ARRPOS_I512 R mul(R a, R b) { return _mm512_mul_pd(a, b); }
+    ARRPOS_I512 R add(R a, R b) { return _mm512_add_pd(a, b); }
+    ARRPOS_I512 R sub(R a, R b) { return _mm512_sub_pd(a, b); }
+    ARRPOS_I512 R swap_pairs(R a) { return _mm512_permute_pd(a, 0x55); }
+    ARRPOS_I512 R alt() { return _mm512_set_pd(1, -1, 1, -1, 1, -1, 1, -1); }
+    ARRPOS_I512 R dup_low(R a)
+    {
+        return _mm512_permutexvar_pd(_mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0), a);
+    }
+};
+
+// Streaming stores of n16 16-byte pieces (NumPy promises 16-byte alignment only).
+ARRPOS_I512 void stream_bytes64(void *p, __m512i v)
+{
+    if (((uintptr_t)p & 63) == 0) {
+        _mm512_stream_si512((__m512i *)p, v);
+        return;
+    }
+    __m128i *q = (__m128i *)p;
+    _mm_stream_si128(q, _mm512_castsi512_si128(v));
+    _mm_stream_si128(q + 1, _mm512_extracti32x4_epi32(v, 1));
+    _mm_stream_si128(q + 2, _mm512_extracti32x4_epi32(v, 2));
+    _mm_stream_si128(q + 3, _mm512_extracti32x4_epi32(v, 3));
+}
+ARRPOS_I512 void stream_bytes32(void *p, __m256i v)
+{
+    if (((uintptr_t)p & 31) == 0) {
+        _mm256_stream_si256((__m256i *)p, v);
+        return;
+    }
+    __m128i *q = (__m128i *)p;
+    _mm_stream_si128(q, _mm256_castsi256_si128(v));
+    _mm_stream_si128(q + 1, _mm256_extracti128_si256(v, 1));
+}
+
+template <> struct Vec<Avx512, float> : Ops<Avx512, float> {
+    ARRPOS_I512 R load(const float *p) { return _mm512_loadu_ps(p); }
+    ARRPOS_I512 R load_half(const float *p) { return _mm512_castps256_ps512(_mm256_loadu_ps(p)); }
+    ARRPOS_I512 void store(float *p, R v) { _mm512_storeu_ps(p, v); }
+    ARRPOS_I512 void stream(float *p, R v) { stream_bytes64(p, _mm512_castps_si512(v)); }
+};
+template <> struct Vec<Avx512, double> : Ops<Avx512, double> {
+    ARRPOS_I512 R load(const double *p) { return _mm512_loadu_pd(p); }
+    ARRPOS_I512 R load_half(const double *p)
+    {
+        return _mm512_castpd256_pd512(_mm256_loadu_pd(p));
+    }
+    ARRPOS_I512 void store(double *p, R v) { _mm512_storeu_pd(p, v); }
+    ARRPOS_I512 void stream(double *p, R v) { stream_bytes64(p, _mm512_castpd_si512(v)); }
+};
+template <> struct Vec<Avx512, f16> : Ops<Avx512, float> {
+    ARRPOS_I512 R load(const f16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+    ARRPOS_I512 R load_half(const f16 *p)
+    {
+        return _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)));
+    }
+    ARRPOS_I512 __m256i narrow(R v)
+    {
+        return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    ARRPOS_I512 void store(f16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow(v)); }
+    ARRPOS_I512 void stream(f16 *p, R v) { stream_bytes32(p, narrow(v)); }
+};
+template <> struct Vec<Avx512, bf16> : Ops<Avx512, float> {
+    ARRPOS_I512 R widen16(__m256i h)
+    {
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    ARRPOS_I512 R load(const bf16 *p) { return widen16(_mm256_loadu_si256((const __m256i *)p)); }
+    ARRPOS_I512 R load_half(const bf16 *p)
+    {
+        return widen16(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)));
+    }
+    // round to nearest even on the bits; computed NaNs are quiet and stay NaN
+    ARRPOS_I512 __m256i narrow(R v)
+    {
+        __m512i u = _mm512_castps_si512(v);
+        __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        u = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+        return _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+    }
+    ARRPOS_I512 void store(bf16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow(v)); }
+    ARRPOS_I512 void stream(bf16 *p, R v) { stream_bytes32(p, narrow(v)); }
+};
+
+// ---- AVX2 ----------------------------------------------------------------------------------
+template <> struct Ops<Avx2, float> {
+    using R = __m256;
+    static constexpr int W = 8;
+    ARRPOS_I256 R set1(float v) { return _mm256_set1_ps(v); }
+    ARRPOS_I256 R mul(R a, R b) { return _mm256_mul_ps(a, b); }
+    ARRPOS_I256 R add(R a, R b) { return _mm256_add_ps(a, b); }
+    ARRPOS_I256 R sub(R a, R b) { return _mm256_sub_ps(a, b); }
+    ARRPOS_I256 R swap_pairs(R a) { return _mm256_permute_ps(a, 0xB1); }
+    ARRPOS_I256 R alt() { return _mm256_set_ps(1, -1, 1, -1, 1, -1, 1, -1); }
+    ARRPOS_I256 R dup_low(R a)
+    {
+        return _mm256_permutevar8x32_ps(a, _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0));
+    }
+};
+template <> struct Ops<Avx2, double> {
+    using R = __m256d;
+    static constexpr int W = 4;
+    ARRPOS_I256 R set1(double v) { return _mm256_set1_pd(v); }
+    ARRPOS_I256 R mul(R a, R b) { return _mm256_mul_pd(a, b); }
+    ARRPOS_I256 R add(R a, R b) { return _mm256_add_pd(a, b); }
+    ARRPOS_I256 R sub(R a, R b) { return _mm256_sub_pd(a, b); }
+    ARRPOS_I256 R swap_pairs(R a) { return _mm256_permute_pd(a, 0x5); }
+    ARRPOS_I256 R alt() { return _mm256_set_pd(1, -1, 1, -1); }
+    ARRPOS_I256 R dup_low(R a) { return _mm256_permute4x64_pd(a, 0x50); }
+};
+
+ARRPOS_I256 void stream_bytes32_avx2(void *p, __m256i v)
+{
+    if (((uintptr_t)p & 31) == 0) {
+        _mm256_stream_si256((__m256i *)p, v);
+        return;
+    }
+    __m128i *q = (__m128i *)p;
+    _mm_stream_si128(q, _mm256_castsi256_si128(v));
+    _mm_stream_si128(q + 1, _mm256_extracti128_si256(v, 1));
+}
+
+template <> struct Vec<Avx2, float> : Ops<Avx2, float> {
+    ARRPOS_I256 R load(const float *p) { return _mm256_loadu_ps(p); }
+    ARRPOS_I256 R load_half(const float *p) { return _mm256_castps128_ps256(_mm_loadu_ps(p)); }
+    ARRPOS_I256 void store(float *p, R v) { _mm256_storeu_ps(p, v); }
+    ARRPOS_I256 void stream(float *p, R v) { stream_bytes32_avx2(p, _mm256_castps_si256(v)); }
+};
+template <> struct Vec<Avx2, double> : Ops<Avx2, double> {
+    ARRPOS_I256 R load(const double *p) { return _mm256_loadu_pd(p); }
+    ARRPOS_I256 R load_half(const double *p) { return _mm256_castpd128_pd256(_mm_loadu_pd(p)); }
+    ARRPOS_I256 void store(double *p, R v) { _mm256_storeu_pd(p, v); }
+    ARRPOS_I256 void stream(double *p, R v) { stream_bytes32_avx2(p, _mm256_castpd_si256(v)); }
+};
+template <> struct Vec<Avx2, f16> : Ops<Avx2, float> {
+    ARRPOS_I256 R load(const f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+    ARRPOS_I256 R load_half(const f16 *p)
+    {
+        return _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p)));
+    }
+    ARRPOS_I256 __m128i narrow(R v)
+    {
+        return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    ARRPOS_I256 void store(f16 *p, R v) { _mm_storeu_si128((__m128i *)p, narrow(v)); }
+    ARRPOS_I256 void stream(f16 *p, R v) { _mm_stream_si128((__m128i *)p, narrow(v)); }
+};
+template <> struct Vec<Avx2, bf16> : Ops<Avx2, float> {
+    ARRPOS_I256 R load(const bf16 *p)
+    {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    }
+    ARRPOS_I256 R load_half(const bf16 *p)
+    {
+        __m128i w = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)p));
+        return _mm256_castps128_ps256(_mm_castsi128_ps(_mm_slli_epi32(w, 16)));
+    }
+    ARRPOS_I256 __m128i narrow(R v)
+    {
+        __m256i u = _mm256_castps_si256(v);
+        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        u = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(u, u), 0x08);
+        return _mm256_castsi256_si128(packed);
+    }
+    ARRPOS_I256 void store(bf16 *p, R v) { _mm_storeu_si128((__m128i *)p, narrow(v)); }
+    ARRPOS_I256 void stream(bf16 *p, R v) { _mm_stream_si128((__m128i *)p, narrow(v)); }
+};
+#endif
+
+}  // namespace arrpos
+#endif
