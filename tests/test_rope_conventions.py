@@ -356,8 +356,11 @@ def test_ntk_formula(backend, dim, factor):
 def test_ntk_object():
     a = arrpos.NTKScaling(2)
     assert a == arrpos.NTKScaling(2.0) and hash(a) == hash(arrpos.NTKScaling(2.0))
-    assert repr(a) == "NTKScaling(factor=2.0)" and a.rope_type == "ntk"
-    assert not a.depends_on_seq_len
+    assert repr(a) == "NTKScaling(factor=2.0)" and not a.seq_dependent
+    # transformers has no static NTK rope_type: no config selects it
+    from arrpos._rope_scaling import SCALINGS
+
+    assert a.rope_type == "" and arrpos.NTKScaling not in SCALINGS.values()
     with pytest.raises(AttributeError):
         a.factor = 3.0
     with pytest.raises(ValueError, match="factor must be >= 1"):
