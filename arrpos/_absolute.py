@@ -12,13 +12,17 @@ from . import _dispatch
 from ._exact import power_frequencies, timestep_frequencies
 from ._lib import (
     array_namespace,
+    MAX_DIM,
     as_positions,
+    check_size,
+    check_array,
+    check_bool,
     check_choice,
     check_dtype_arg,
     check_even_dim,
-    check_finite_range,
+    check_int,
+    check_positions,
     check_positive_int,
-    check_real_array,
     check_real_scalar,
     default_float,
     device_of,
@@ -75,13 +79,17 @@ def sinusoidal(positions, dim, /, *, base=10000.0, layout="interleaved", dtype=N
     TypeError
         ``dim`` not an int, ``positions`` not an int or a real array, ``dtype`` not real floating.
     ValueError
-        ``dim`` odd or < 2, unknown ``layout``, ``base <= 0``, non-finite positions.
+        ``dim`` odd, < 2 or > 2**17; unknown ``layout``; ``base <= 0``; positions not finite or
+        ``|p| >= 2**35`` (2**28 without float64); an output of more than 2**34 elements.
 
     Notes
     -----
     Backend support: NumPy float32/float64 output takes the compiled kernel (one complex
     multiply per element, multithreaded); every other namespace the generic Array API code.
-    Accuracy: within 2e-7 (float32) and 1e-12 (float64) of exact up to position 2**24.
+    Accuracy: within 2e-7 (float32) and 1e-12 (float64) of exact for every accepted position,
+    ``|p| < 2**35`` (``2**28`` on devices without float64, e.g. JAX without x64); larger or
+    non-finite positions are refused. Lazy positions (Dask, JAX under jit) are not read, so
+    they are not checked: out-of-range values there give inaccurate tables.
 
     Examples
     --------
@@ -94,14 +102,14 @@ def sinusoidal(positions, dim, /, *, base=10000.0, layout="interleaved", dtype=N
     >>> arrpos.sinusoidal(np.array([[0, 3], [1, 2]]), 4, layout="split").shape
     (2, 2, 4)
     """
-    xp = array_namespace(positions, xp=xp, name="positions")
+    xp = array_namespace(positions, xp=xp, name="positions", dtype=dtype)
     dim = check_even_dim(dim, "dim")
     base = check_real_scalar(base, "base", positive=True)
     layout = check_choice(layout, "layout", _LAYOUTS)
-    pos = as_positions(xp, positions, "positions", device=device)
+    pos = as_positions(xp, positions, "positions", device=device, width=dim)
     dtype = output_dtype(xp, None if isinstance(positions, int) else pos, dtype,
                          device=device_of(pos))
-    check_finite_range(xp, pos, "positions")
+    pos = check_positions(xp, pos, "positions")
     hi, lo = power_frequencies(dim // 2, dim, base)
     return _table(xp, pos, hi, lo, layout=layout, dtype=dtype, width=dim)
 
@@ -152,19 +160,18 @@ def sinusoidal_nd(coords, dim, /, *, base=10000.0, layout="split", dtype=None):
     True
     """
     xp = array_namespace(coords, name="coords")
-    if not hasattr(coords, "shape"):
-        raise TypeError(f"coords must be an array of shape (..., n), got {type(coords).__name__}")
-    check_real_array(xp, coords, "coords")
-    if coords.ndim < 1 or coords.shape[-1] < 1:
+    check_array(xp, coords, "coords", kind="real", min_ndim=1, shape_hint="(..., n)")
+    if coords.shape[-1] < 1:
         raise ValueError(f"coords must have shape (..., n) with n >= 1, got shape {coords.shape}")
     n = coords.shape[-1]
-    dim = check_positive_int(dim, "dim")
+    dim = check_int(dim, "dim", minimum=1, maximum=MAX_DIM)
     if dim % (2 * n):
         raise ValueError(f"dim must be divisible by 2 * n = {2 * n} for {n}-d coords, got {dim}")
     base = check_real_scalar(base, "base", positive=True)
     layout = check_choice(layout, "layout", _LAYOUTS)
     dtype = output_dtype(xp, coords, dtype, device=device_of(coords))
-    check_finite_range(xp, coords, "coords")
+    as_positions(xp, coords, "coords", width=dim // n)  # the output size
+    coords = check_positions(xp, coords, "coords")
     sub = dim // n
     hi, lo = power_frequencies(sub // 2, sub, base)
     table = _table(xp, coords, hi, lo, layout=layout, dtype=dtype, width=sub)
@@ -206,7 +213,7 @@ def grid_coords(shape, /, *, scale=1.0, dtype=None, device=None, xp=None):
     >>> g[1, 2].tolist()
     [2.0, 1.0]
     """
-    xp = array_namespace(xp=xp)
+    xp = array_namespace(xp=xp, dtype=dtype)
     if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
     try:
@@ -216,8 +223,9 @@ def grid_coords(shape, /, *, scale=1.0, dtype=None, device=None, xp=None):
     if not shape:
         raise ValueError("shape must have at least one axis, got ()")
     shape = tuple(check_positive_int(s, f"shape[{i}]", minimum=0) for i, s in enumerate(shape))
+    check_size(math.prod(shape) * len(shape), "the grid")
     scale = check_real_scalar(scale, "scale")
-    check_dtype_arg(xp, dtype, device=device)
+    dtype = check_dtype_arg(xp, dtype, device=device)
     dtype = dtype if dtype is not None else default_float(xp, device)
     axes = [xp.arange(s, dtype=dtype, device=device) for s in shape]
     grids = xp.meshgrid(*axes, indexing="ij")
@@ -262,7 +270,8 @@ def timestep_embedding(timesteps, dim, /, *, max_period=10000.0, flip_sin_to_cos
         ``timesteps`` not a real array, ``dim`` not an int.
     ValueError
         ``dim < 1``, ``max_period <= 0``, ``dim // 2 == downscale_freq_shift`` (division by zero
-        in the formula), non-finite timesteps.
+        in the formula) or so close to it that the frequencies overflow; timesteps not finite
+        or ``|t| * max(1, largest frequency) >= 2**35``.
 
     Notes
     -----
@@ -279,15 +288,13 @@ def timestep_embedding(timesteps, dim, /, *, max_period=10000.0, flip_sin_to_cos
     [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
     """
     xp = array_namespace(timesteps, name="timesteps")
-    if not hasattr(timesteps, "dtype"):
-        raise TypeError(f"timesteps must be an array, got {type(timesteps).__name__}")
-    check_real_array(xp, timesteps, "timesteps")
-    dim = check_positive_int(dim, "dim")
+    check_array(xp, timesteps, "timesteps", kind="real")
+    dim = check_int(dim, "dim", minimum=1, maximum=MAX_DIM)
     max_period = check_real_scalar(max_period, "max_period", positive=True)
     shift = check_real_scalar(downscale_freq_shift, "downscale_freq_shift")
     scale = check_real_scalar(scale, "scale")
-    if not isinstance(flip_sin_to_cos, bool):
-        raise TypeError(f"flip_sin_to_cos must be a bool, got {flip_sin_to_cos!r}")
+    flip_sin_to_cos = check_bool(flip_sin_to_cos, "flip_sin_to_cos")
+    as_positions(xp, timesteps, "timesteps", width=dim)  # the output size
     half = dim // 2
     if half and half - shift == 0:
         raise ValueError(
@@ -295,8 +302,17 @@ def timestep_embedding(timesteps, dim, /, *, max_period=10000.0, flip_sin_to_cos
             "divides by zero; use a larger dim or another shift"
         )
     dtype = output_dtype(xp, timesteps, dtype, device=device_of(timesteps))
-    check_finite_range(xp, timesteps, "timesteps")
+    # a shift just above dim // 2 makes exp(-ln(max_period) i / (half - shift)) explode
+    exponent = -math.log(max_period) * (half - 1) / (half - shift) if half > 1 else 0.0
+    if exponent > 600:
+        raise ValueError(
+            f"downscale_freq_shift must keep the frequencies within float64: with dim // 2 = "
+            f"{half} and max_period={max_period}, got downscale_freq_shift={shift} (largest "
+            f"frequency exp({exponent:.3g})); use a shift further above or below dim // 2"
+        )
     hi, lo = timestep_frequencies(half, max_period, shift, scale)
+    top = float(abs(hi).max()) if half else 0.0
+    timesteps = check_positions(xp, timesteps, "timesteps", frequency=top)
     layout = "split_cos" if flip_sin_to_cos else "split"
     return _table(xp, timesteps, hi, lo, layout=layout, dtype=dtype, width=dim)
 
@@ -344,11 +360,7 @@ def decode_sinusoidal(encoding, /, *, base=10000.0, layout="interleaved"):
     [0.0, 5.0, 1234.5]
     """
     xp = array_namespace(encoding, name="encoding")
-    if not hasattr(encoding, "dtype"):
-        raise TypeError(f"encoding must be an array, got {type(encoding).__name__}")
-    check_real_array(xp, encoding, "encoding", integer_ok=False)
-    if encoding.ndim < 1:
-        raise ValueError("encoding must have shape (..., dim), got a 0-d array")
+    check_array(xp, encoding, "encoding", kind="floating", min_ndim=1, shape_hint="(..., dim)")
     dim = encoding.shape[-1]
     if dim < 2 or dim % 2:
         raise ValueError(f"encoding's last axis (dim) must be even and >= 2, got {dim}")

@@ -7,12 +7,14 @@ import numpy as np
 
 from . import _dispatch
 from ._lib import (
+    MAX_OFFSET,
     array_namespace,
+    check_array,
     check_choice,
     check_dtype_arg,
-    check_positive_int,
-    check_real_array,
+    check_int,
     check_real_scalar,
+    check_size,
     default_float,
     device_of,
     has_float64,
@@ -21,6 +23,7 @@ from ._lib import (
 __all__ = ["alibi_bias", "alibi_bias_from_mask", "alibi_slopes"]
 
 _MODES = ("causal", "symmetric", "key")
+MAX_HEADS = 2**20  # far above any model; bounds the host computation and the transfer
 
 
 def _host_slopes(n, max_bias):
@@ -28,7 +31,7 @@ def _host_slopes(n, max_bias):
     the slopes of the lower power of two ``c`` then every other slope of ``2c``."""
     c = 2 ** int(math.floor(math.log2(n)))
     slopes = [2.0 ** (-max_bias * k / c) for k in range(1, c + 1)]
-    slopes += [2.0 ** (-max_bias * k / (2 * c)) for k in range(1, 2 * c + 1, 2)][: n - c]
+    slopes += [2.0 ** (-max_bias * k / (2 * c)) for k in range(1, 2 * (n - c), 2)]
     return np.array(slopes, dtype=np.float64)
 
 
@@ -78,10 +81,10 @@ def alibi_slopes(num_heads, /, *, max_bias=8.0, dtype=None, device=None, xp=None
     >>> [round(s, 4) for s in arrpos.alibi_slopes(6).tolist()]
     [0.25, 0.0625, 0.0156, 0.0039, 0.5, 0.125]
     """
-    xp = array_namespace(xp=xp)
-    num_heads = check_positive_int(num_heads, "num_heads")
+    xp = array_namespace(xp=xp, dtype=dtype)
+    num_heads = check_int(num_heads, "num_heads", minimum=1, maximum=MAX_HEADS)
     max_bias = check_real_scalar(max_bias, "max_bias", positive=True)
-    check_dtype_arg(xp, dtype, device=device)
+    dtype = check_dtype_arg(xp, dtype, device=device)
     if dtype is None:
         dtype = default_float(xp, device)
     elif dtype == getattr(xp, "float64", None) and not has_float64(xp, device):
@@ -92,11 +95,7 @@ def alibi_slopes(num_heads, /, *, max_bias=8.0, dtype=None, device=None, xp=None
 
 
 def _check_slopes(xp, slopes):
-    if not (hasattr(slopes, "shape") and hasattr(slopes, "dtype")):
-        raise TypeError(f"slopes must be an array, got {type(slopes).__name__}")
-    check_real_array(xp, slopes, "slopes", integer_ok=False)
-    if slopes.ndim != 1:
-        raise ValueError(f"slopes must have shape (heads,), got {tuple(slopes.shape)}")
+    check_array(xp, slopes, "slopes", kind="floating", ndim=1, shape_hint="(heads,)")
 
 
 def alibi_bias(slopes, query_len, key_len, /, *, mode="causal", query_offset=None):
@@ -150,12 +149,15 @@ def alibi_bias(slopes, query_len, key_len, /, *, mode="causal", query_offset=Non
     """
     xp = array_namespace(slopes, name="slopes")
     _check_slopes(xp, slopes)
-    query_len = check_positive_int(query_len, "query_len", minimum=0)
-    key_len = check_positive_int(key_len, "key_len", minimum=0)
+    query_len = check_int(query_len, "query_len", minimum=0)
+    key_len = check_int(key_len, "key_len", minimum=0)
+    check_size(slopes.shape[0] * query_len * key_len, "the bias")
     mode = check_choice(mode, "mode", _MODES)
     if query_offset is None:
         query_offset = key_len - query_len
-    query_offset = check_positive_int(query_offset, "query_offset", minimum=-(2**62))
+    # distances stay exact integers of the default int64 dtype
+    query_offset = check_int(query_offset, "query_offset", minimum=-MAX_OFFSET,
+                             maximum=MAX_OFFSET)
     dtype = slopes.dtype
     return _dispatch.call("alibi_bias", xp, slopes, query_len, key_len, arrays=(slopes,),
                           mode=mode, query_offset=query_offset, dtype=dtype)
@@ -203,13 +205,8 @@ def alibi_bias_from_mask(slopes, attention_mask, /):
 
     xp = array_namespace(slopes, attention_mask, name="slopes and attention_mask")
     _check_slopes(xp, slopes)
-    m = attention_mask
-    if not (hasattr(m, "shape") and hasattr(m, "dtype")):
-        raise TypeError(f"attention_mask must be an array, got {type(m).__name__}")
-    if not (xp.isdtype(m.dtype, "bool") or xp.isdtype(m.dtype, "integral")):
-        raise TypeError(f"attention_mask must be a bool or integer array, got dtype {m.dtype}")
-    if m.ndim != 2:
-        raise ValueError(f"attention_mask must have shape (batch, key_len), got {tuple(m.shape)}")
+    m = check_array(xp, attention_mask, "attention_mask", kind="bool or integer", ndim=2,
+                    shape_hint="(batch, key_len)")
     if not xp.isdtype(m.dtype, "bool"):
         if not is_lazy(m) and m.size and not bool(xp.all((m == 0) | (m == 1))):
             raise ValueError("attention_mask must hold only 0 and 1")

@@ -76,21 +76,32 @@ def aligned_empty(shape, dtype, align=64):
 
 
 def _kernel_ok(a, dtype):
-    """A NumPy array of ``dtype`` whose last axis the kernels can walk (unit stride)."""
-    return (isinstance(a, np.ndarray) and a.dtype == dtype
-            and (a.strides[-1] == a.itemsize or a.shape[-1] <= 1))
+    """A NumPy array of ``dtype`` whose last axis the kernels can walk (unit stride), aligned,
+    with every stride a whole number of elements (not so for a packed record field)."""
+    return (isinstance(a, np.ndarray) and a.dtype == dtype and a.flags.aligned
+            and (a.strides[-1] == a.itemsize or a.shape[-1] <= 1)
+            and all(st % a.itemsize == 0 for st in a.strides))
 
 
 def _apply_ok(x, cos, sin, out) -> bool:
     """Inputs the fused apply kernel serves: one dtype, unit-stride rows, and an ``out`` that is
     either ``x`` itself (in place, writable) or does not overlap it."""
     dt = x.dtype
-    if not (_kernel_ok(x, dt) and _kernel_ok(cos, dt) and _kernel_ok(sin, dt)):
+    tdt = _table_dtype(x, cos, sin)
+    if not (_kernel_ok(x, dt) and _kernel_ok(cos, tdt) and _kernel_ok(sin, tdt)):
         return False
     if out is None:
         return True
     return _kernel_ok(out, dt) and out.flags.writeable and (
         _same_view(out, x) or not np.may_share_memory(out, x))
+
+
+def _table_dtype(x, cos, sin):
+    """The dtype of the tables the kernel reads: x's, or float64 tables for float32 ``x``
+    (rounded to float32 before the kernel; the README's flow: float64 tables, float32 x)."""
+    if x.dtype == np.float32 and cos.dtype == sin.dtype == np.float64:
+        return np.dtype(np.float64)
+    return x.dtype
 
 
 def _same_view(a, b) -> bool:
@@ -190,6 +201,8 @@ _APPLY = {np.dtype(np.float32): _cpu.apply_rope["float"],
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope``; strided and broadcast cos/sin are read in place, not copied."""
     dt = x.dtype
+    if cos.dtype != dt:  # float64 tables for float32 x (see _table_dtype): small, rounded once
+        cos, sin = cos.astype(dt), sin.astype(dt)
     inplace = out is not None and _same_view(out, x)
     if out is not None:
         res = out

@@ -22,16 +22,18 @@ def supports(op, arrays, **kwargs) -> bool:
     if not hasattr(_numpy, op) or not arrays:
         return False
     for a in arrays:
-        if isinstance(a, torch.Tensor) and (a.device.type != "cpu" or a.requires_grad):
-            return False
+        if isinstance(a, torch.Tensor) and (a.device.type != "cpu" or a.requires_grad
+                                            or a.layout != torch.strided
+                                            or a.is_neg() or a.is_conj()):
+            return False  # neg/conj bit views: their memory holds the other sign (generic path)
     dtype = kwargs.get("dtype", arrays[0].dtype)
     if dtype not in _DTYPES:
         return False
     try:
         if op == "apply_rope":
             x, cos, sin, out = arrays
-            if not (x.dtype == cos.dtype == sin.dtype):  # promotion rules: the generic path
-                return False
+            if cos.dtype != sin.dtype or cos.dtype not in (x.dtype, torch.float64):
+                return False  # promotion rules: the generic path
             xn = _np(x)
             return _numpy.supports(op, (xn, _np(cos), _np(sin), xn if out is x else _np(out)))
         return _numpy.supports(op, (_np(arrays[0]),), **{**kwargs, "dtype": _DTYPES[dtype]})
