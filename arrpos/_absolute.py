@@ -2,11 +2,14 @@
 
 Every table here is built from frequencies known to ~1e-32 (``arrpos._exact``) and angles formed
 exactly (``arrpos._backends._xp``): float32 tables are within 2e-7 and float64 tables within 1e-12
-of the exact values up to position 2**24, on every backend.
+of the exact values for every accepted position (finite, ``|p| < 2**35``; ``2**28`` where the
+device has no float64), on every backend; other positions are refused (``_lib.check_positions``).
 """
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from . import _dispatch
 from ._exact import power_frequencies, timestep_frequencies
@@ -376,7 +379,7 @@ def decode_sinusoidal(encoding, /, *, base=10000.0, layout="interleaved"):
     else:
         s, c = enc[..., :half], enc[..., half:]
     hi, _ = power_frequencies(half, dim, base)
-    w = xp.asarray(hi, dtype=work, device=dev)
+    w = xp.asarray(np.array(hi), dtype=work, device=dev)  # a writable copy: torch warns otherwise
     angle = xp.atan2(s, c)
     two_pi = 2 * math.pi
     # Coarse estimate from the lowest frequency, then refine through frequencies at most 8x apart

@@ -220,8 +220,9 @@ def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0,
     Notes
     -----
     Angles are formed exactly (float64 where the device has it, else an exact float32 split),
-    so a float32 table is within 2e-7 of the exact one for the given ``inv_freq`` up to
-    position 2**24, on every backend (JAX without x64 included).
+    so a float32 table is within 2e-7 of the exact one for the given ``inv_freq`` for every
+    accepted position, on every backend (JAX without x64 included). Accepted: finite
+    ``|p| * max(1, max|inv_freq|) < 2**35`` (``2**28`` without float64); others raise.
     Backend support: NumPy float32/float64 output takes the compiled kernel when it is built;
     every other namespace the generic Array API code.
 
