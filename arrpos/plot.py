@@ -1,4 +1,4 @@
-"""Figures of positional encodings (matplotlib; install with ``pip install "arrpos[plot]"``).
+"""Figures of positional encodings (matplotlib; install it with ``pip install matplotlib``).
 
 Every function returns a :class:`matplotlib.figure.Figure` made without pyplot, so it is safe in
 threads and needs no GUI backend: save it with ``fig.savefig("pe.png")`` or show it in a notebook.
@@ -19,7 +19,7 @@ try:
     from matplotlib.figure import Figure
 except ImportError as exc:  # the plot extra is optional
     raise ImportError(
-        'arrpos.plot needs matplotlib: pip install "arrpos[plot]" (or pip install matplotlib)'
+        'arrpos.plot needs matplotlib: pip install matplotlib (or, from a checkout, pip install ".[plot]")'
     ) from exc
 
 import arrpos

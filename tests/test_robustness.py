@@ -512,3 +512,48 @@ def test_validator_message_style():
         _lib.check_real_scalar(math.nan, "r")
     with pytest.raises(ValueError, match=r"^x must have 2 axes \(n, d\), got shape \(3,\)$"):
         _lib.check_array(namespace_for(np), np.ones(3), "x", ndim=2, shape_hint="(n, d)")
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+@pytest.mark.parametrize("kind, table, text", [
+    ("similarity", np.ones((2, 3, 4)), "2-D"),
+    ("t5", np.ones((32, 512)), "at most 64 heads"),
+    ("t5", None, "not a .npy file"),
+])
+def test_cli_plot_tables_refused_clearly(tmp_path, capsys, kind, table, text):
+    pytest.importorskip("matplotlib").use("Agg")
+    from arrpos import _cli
+
+    path = tmp_path / "t.npy"
+    if table is None:
+        path.write_text("not an array")
+    else:
+        np.save(path, table)
+    assert _cli.main(["plot", kind, "--table", str(path), "-o", str(tmp_path / "o.png")]) != 0
+    assert text in capsys.readouterr().err
+
+
+def test_cli_plot_t5_uses_the_tables_bucket_count(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib").use("Agg")
+    from arrpos import _cli, plot
+
+    seen = {}
+    real = plot.t5
+    monkeypatch.setattr(plot, "t5", lambda tab, **kw: seen.update(kw) or real(tab, **kw))
+    np.save(tmp_path / "t.npy", np.random.default_rng(0).random((16, 2)))
+    assert _cli.main(["plot", "t5", "--table", str(tmp_path / "t.npy"),
+                      "-o", str(tmp_path / "o.png")]) == 0
+    assert seen["num_buckets"] == 16
+
+
+def test_cli_help_shows_choices_defaults(capsys):
+    from arrpos import _cli
+
+    for kind, flag in (("sinusoidal", "--layout"), ("alibi", "--mode"),
+                       ("similarity", "--metric")):
+        with pytest.raises(SystemExit):
+            _cli.main(["plot", kind, "--help"])
+        text = capsys.readouterr().out
+        assert "(default " in text.split(flag, 2)[-1].split("--", 1)[0], (kind, flag)
