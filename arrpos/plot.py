@@ -23,7 +23,7 @@ except ImportError as exc:  # the plot extra is optional
     ) from exc
 
 import arrpos
-from arrpos._lib import to_numpy
+from arrpos._lib import check_int, to_numpy
 
 __all__ = ["alibi", "rope_decay", "similarity", "t5", "table", "to_host"]
 
@@ -242,10 +242,7 @@ def rope_decay(dim: int = 128, /, *, max_distance: int = 256, base: float = 1000
     >>> [ax.get_ylabel() for ax in fig.axes]
     ['relative upper bound', 'mean score, all-ones q, k']
     """
-    if isinstance(max_distance, bool) or not isinstance(max_distance, int):
-        raise TypeError(f"max_distance must be an int, got {type(max_distance).__name__}")
-    if max_distance < 1:
-        raise ValueError(f"max_distance must be >= 1, got {max_distance}")
+    max_distance = check_int(max_distance, "max_distance", minimum=1)
     inv_freq, factor = arrpos.rope_frequencies(dim, base=base, scaling=scaling,
                                                seq_len=max_distance + 1, xp=xp)
     ns = _namespace_of(inv_freq)

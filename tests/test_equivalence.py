@@ -182,14 +182,20 @@ def test_apply_rope_large_streaming_and_threads():
 
 
 def test_apply_rope_declines_what_it_cannot_serve():
-    """Mixed dtypes and a non-contiguous last axis go to the generic path, with its result."""
+    """Mixed dtypes (other than float32 x with float64 tables, which the kernel serves after
+    rounding the tables) and a non-contiguous last axis go to the generic path."""
     rng = np.random.default_rng(3)
-    x = rng.normal(size=(3, 4, 16)).astype(np.float32)
-    cos64 = rng.normal(size=(4, 16))
-    assert not _numpy.supports("apply_rope", (x, cos64, cos64, None))
-    a = _apply(x, cos64, cos64, layout="half", inverse=False)
-    b = _xp.apply_rope(xp.asarray(x), cos64, cos64, layout="half", inverse=False, xp=xp)
+    x = rng.normal(size=(3, 4, 16))
+    cos32 = rng.normal(size=(4, 16)).astype(np.float32)
+    assert not _numpy.supports("apply_rope", (x, cos32, cos32, None))
+    a = _apply(x, cos32, cos32, layout="half", inverse=False)
+    b = _xp.apply_rope(xp.asarray(x), cos32, cos32, layout="half", inverse=False, xp=xp)
     np.testing.assert_array_equal(a, b)
+    x32, cos64 = x.astype(np.float32), rng.normal(size=(4, 16))
+    assert _numpy.supports("apply_rope", (x32, cos64, cos64, None))
+    a = _apply(x32, cos64, cos64, layout="half", inverse=False)
+    b = _xp.apply_rope(xp.asarray(x32), cos64, cos64, layout="half", inverse=False, xp=xp)
+    np.testing.assert_allclose(a, b, rtol=0, atol=4e-6)  # tables rounded to float32 first
     xs = rng.normal(size=(3, 4, 32)).astype(np.float32)[..., ::2]
     c = rng.normal(size=(4, 16)).astype(np.float32)
     assert not _numpy.supports("apply_rope", (xs, c, c, None))
