@@ -434,8 +434,11 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
     The arithmetic promotes ``x`` with the tables (float16 ``x`` with float32 tables computes in
     float32) and rounds once to ``x.dtype``. Without ``out`` nothing is written in place, so
     gradients flow on torch and JAX.
-    Backend support: NumPy float32/float64 ``x`` takes the compiled kernel when it is built;
-    every other namespace (and any input that kernel declines) the generic Array API code.
+    Backend support: NumPy (and torch CPU) float32/float64 ``x`` takes the compiled kernel when
+    it is built; float32 ``x`` with float64 tables too, the tables rounded to float32 first
+    (results within a few float32 ulps of the promoted computation). Every other namespace,
+    and inputs the kernel declines (neg/conj views, unaligned or byte-swapped memory, strides
+    that are not whole elements), take the generic Array API code.
 
     Examples
     --------
