@@ -573,3 +573,23 @@ def test_frequency_table_cache_is_bounded_in_bytes_and_freed():
     assert _numpy.table_cache_bytes() > 0
     _numpy._rotation_tables.cache_clear()
     assert _numpy.table_cache_bytes() == 0
+
+
+def test_bench_thread_count_honest_under_omp_num_threads_1(torch):
+    """bench printed "2 OpenMP threads" under OMP_NUM_THREADS=1: torch.set_num_threads(2) in
+    the torch reference raised the shared libgomp count."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    if not _dispatch.compiled_available()[0]:
+        pytest.skip("compiled kernels not built or disabled")
+    root = pathlib.Path(__file__).resolve().parent.parent
+    code = ("from benchmarks import bench_rope; bench_rope._torch_reference('half'); "
+            "from benchmarks.run import machine; print(machine())")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+    res = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert " 1 OpenMP threads" in res.stdout, res.stdout
