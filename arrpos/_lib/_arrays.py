@@ -1,9 +1,8 @@
 """Turning public arguments into arrays of the right namespace, dtype and device."""
 from __future__ import annotations
 
-import numbers
-
 import math
+import numbers
 
 from ._namespace import (
     computable_positions,
@@ -88,7 +87,7 @@ def check_positions(xp, x, name: str = "positions", *, frequency: float = 1.0):
     checking would force their computation; out-of-range values there give inaccurate tables.
     """
     x = computable_positions(dense_array(x, name))
-    if is_lazy(x) or x.size == 0:
+    if is_lazy(x) or _element_count(x) == 0:  # (torch's .size is a method)
         return x
     limit = POSITION_LIMIT if has_float64(xp, device_of(x)) else POSITION_LIMIT_F32
     values = detached(x)
@@ -112,7 +111,7 @@ def check_positions(xp, x, name: str = "positions", *, frequency: float = 1.0):
 def check_finite_values(xp, x, name: str) -> float:
     """Eager arrays: every value finite (a ValueError otherwise); returns ``max |x|`` (0 for an
     empty or lazy array, whose values are not read)."""
-    if is_lazy(x) or x.size == 0:
+    if is_lazy(x) or _element_count(x) == 0:
         return 0.0
     values = detached(x)
     finite = _read(lambda: bool(xp.all(xp.isfinite(values))))

@@ -163,7 +163,7 @@ def computable_positions(x):
         return x.to(torch.int64)
     if x.dtype == torch.uint64:
         return x.to(torch.float64)
-    if x.dtype.is_floating_point and x.element_size() < 2 or x.dtype == torch.bfloat16:
+    if (x.dtype.is_floating_point and x.element_size() < 2) or x.dtype == torch.bfloat16:
         return x.to(torch.float32)
     return x
 
