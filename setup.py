@@ -4,14 +4,54 @@ C++17 templates (csrc/*.hpp) behind a Cython module. Threads come from the kerne
 (csrc/pool.hpp), not OpenMP; ARRPOS_NO_THREADS=1 (or the older ARRPOS_NO_OPENMP=1) builds a
 single-threaded extension. No -march=native: wheels must run on any x86-64/aarch64; the AVX2 and
 AVX-512 code is chosen at run time.
+
+The extension is optional: without a working C compiler (or Cython) the package installs
+without it and runs the generic Array API code (``arrpos info`` says the kernels are not
+built). ``ARRPOS_REQUIRE_EXTENSION=1`` turns a failed build into an error (CI).
 """
 import glob
 import os
 import sys
 
-import numpy
-from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+_REQUIRED = os.environ.get("ARRPOS_REQUIRE_EXTENSION", "") not in ("", "0")
+
+
+class optional_build_ext(build_ext):
+    """build_ext that warns and goes on when the compiler fails (unless the build is required)."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:  # DistutilsPlatformError, CCompilerError, OSError...
+            self._skip(exc)
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            self._skip(exc)
+
+    def _skip(self, exc):
+        if _REQUIRED:
+            raise exc
+        print(f"arrpos: WARNING: the compiled kernels were not built ({exc}); the package "
+              "works without them (generic Array API code)", file=sys.stderr)
+
+
+def _extensions(ext):
+    try:
+        import numpy
+        from Cython.Build import cythonize
+    except ImportError as exc:
+        if _REQUIRED:
+            raise
+        print(f"arrpos: WARNING: {exc}; installing without compiled kernels", file=sys.stderr)
+        return []
+    ext.include_dirs.append(numpy.get_include())
+    return cythonize([ext], compiler_directives={"language_level": "3"}, include_path=["csrc"])
 
 
 def _flags():
@@ -29,7 +69,7 @@ ext = Extension(
     "arrpos._backends._cpu",
     ["csrc/_cpu.pyx"],
     language="c++",
-    include_dirs=["csrc", numpy.get_include()],
+    include_dirs=["csrc"],  # + numpy's headers, added in _extensions
     depends=sorted(glob.glob("csrc/*.hpp") + glob.glob("csrc/*.inc")),  # rebuild on change
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     # fp-contract off keeps the exact splits exact on targets with FMA.
@@ -37,8 +77,4 @@ ext = Extension(
     extra_link_args=[] if sys.platform == "win32" else ["-pthread"],
 )
 
-setup(
-    ext_modules=cythonize(
-        [ext], compiler_directives={"language_level": "3"}, include_path=["csrc"]
-    ),
-)
+setup(ext_modules=_extensions(ext), cmdclass={"build_ext": optional_build_ext})

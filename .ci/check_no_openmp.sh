@@ -7,7 +7,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 git -C "$root" ls-files -z | (cd "$root" && xargs -0 cp --parents -t "$tmp")
 cd "$tmp"
-ARRPOS_NO_OPENMP=1 python setup.py -q build_ext --inplace > build.log 2>&1 || { cat build.log; exit 1; }
+python -m pip install -q "Cython>=3.0" "setuptools>=77"   # the build tools (a fresh venv has none)
+ARRPOS_NO_OPENMP=1 ARRPOS_REQUIRE_EXTENSION=1 python setup.py -q build_ext --inplace > build.log 2>&1 || { cat build.log; exit 1; }
 PYTHONPATH="$tmp" python -c "
 import arrpos._backends._cpu as c
 assert c.__file__.startswith('$tmp'), c.__file__

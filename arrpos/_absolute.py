@@ -2,7 +2,8 @@
 
 Every table here is built from frequencies known to ~1e-32 (``arrpos._exact``) and angles formed
 exactly (``arrpos._backends._xp``): float32 tables are within 2e-7 and float64 tables within 1e-12
-of the exact values up to position 2**24, on every backend.
+of the exact values for every accepted position (finite, ``|p| < 2**35``; ``2**28`` where the
+device has no float64), on every backend; other positions are refused (``_lib.check_positions``).
 """
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ from . import _dispatch
 from ._exact import power_frequencies, timestep_frequencies
 from ._lib import (
     array_namespace,
+    MAX_DIM,
     as_positions,
+    check_size,
+    check_array,
+    check_bool,
     check_choice,
     check_dtype_arg,
-    check_finite_range,
+    check_int,
+    check_positions,
     check_positive_int,
-    check_real_array,
     check_real_scalar,
     default_float,
     device_of,
@@ -80,14 +85,18 @@ def sinusoidal(positions, dim, /, *, base=10000.0, layout="interleaved", dtype=N
     TypeError
         ``dim`` not an int, ``positions`` not an int or a real array, ``dtype`` not real floating.
     ValueError
-        ``dim < 1``, an odd ``dim`` with ``"split"``, unknown ``layout``, ``base <= 0``,
-        non-finite positions.
+        ``dim`` < 1 or > 2**17, an odd ``dim`` with ``"split"``; unknown ``layout``;
+        ``base <= 0``; positions not finite or ``|p| >= 2**35`` (2**28 without float64); an
+        output of more than 2**34 elements.
 
     Notes
     -----
     Backend support: NumPy float32/float64 output takes the compiled kernel (one complex
     multiply per element, multithreaded); every other namespace the generic Array API code.
-    Accuracy: within 2e-7 (float32) and 1e-12 (float64) of exact up to position 2**24.
+    Accuracy: within 2e-7 (float32) and 1e-12 (float64) of exact for every accepted position,
+    ``|p| < 2**35`` (``2**28`` on devices without float64, e.g. JAX without x64); larger or
+    non-finite positions are refused. Lazy positions (Dask, JAX under jit) are not read, so
+    they are not checked: out-of-range values there give inaccurate tables.
     keras-hub forms ``timescales`` and angles in the layer's compute dtype (float32 by
     default), so its float32 values drift from these by up to ``~p * 6e-8`` rad at position
     ``p``; the formula is the same.
@@ -105,17 +114,17 @@ def sinusoidal(positions, dim, /, *, base=10000.0, layout="interleaved", dtype=N
     >>> np.round(arrpos.sinusoidal(2, 5)[1], 3)  # odd dim: columns use w0, w0, w1, w1, w2
     array([0.841, 0.54 , 0.025, 1.   , 0.001])
     """
-    xp = array_namespace(positions, xp=xp, name="positions")
-    dim = check_positive_int(dim, "dim")
+    xp = array_namespace(positions, xp=xp, name="positions", dtype=dtype)
+    dim = check_positive_int(dim, "dim", maximum=MAX_DIM)
     base = check_real_scalar(base, "base", positive=True)
     layout = check_choice(layout, "layout", _LAYOUTS)
     if dim % 2 and layout != "interleaved":
         raise ValueError(f"dim must be even with layout={layout!r}, got {dim}; an odd dim is "
                          "allowed with layout='interleaved' only (keras-hub)")
-    pos = as_positions(xp, positions, "positions", device=device)
+    pos = as_positions(xp, positions, "positions", device=device, width=dim)
     dtype = output_dtype(xp, None if isinstance(positions, int) else pos, dtype,
                          device=device_of(pos))
-    check_finite_range(xp, pos, "positions")
+    pos = check_positions(xp, pos, "positions")
     hi, lo = power_frequencies((dim + 1) // 2, dim, base)
     return _table(xp, pos, hi, lo, layout=layout, dtype=dtype, width=dim)
 
@@ -183,20 +192,19 @@ def sinusoidal_nd(coords, dim, /, *, base=10000.0, layout="split", group="axis",
     True
     """
     xp = array_namespace(coords, name="coords")
-    if not hasattr(coords, "shape"):
-        raise TypeError(f"coords must be an array of shape (..., n), got {type(coords).__name__}")
-    check_real_array(xp, coords, "coords")
-    if coords.ndim < 1 or coords.shape[-1] < 1:
+    check_array(xp, coords, "coords", kind="real", min_ndim=1, shape_hint="(..., n)")
+    if coords.shape[-1] < 1:
         raise ValueError(f"coords must have shape (..., n) with n >= 1, got shape {coords.shape}")
     n = coords.shape[-1]
-    dim = check_positive_int(dim, "dim")
+    dim = check_int(dim, "dim", minimum=1, maximum=MAX_DIM)
     if dim % (2 * n):
         raise ValueError(f"dim must be divisible by 2 * n = {2 * n} for {n}-d coords, got {dim}")
     base = check_real_scalar(base, "base", positive=True)
     layout = check_choice(layout, "layout", _LAYOUTS)
     group = check_choice(group, "group", _GROUPS)
     dtype = output_dtype(xp, coords, dtype, device=device_of(coords))
-    check_finite_range(xp, coords, "coords")
+    as_positions(xp, coords, "coords", width=dim // n)  # the output size
+    coords = check_positions(xp, coords, "coords")
     sub = dim // n
     hi, lo = power_frequencies(sub // 2, sub, base)
     lead = tuple(coords.shape[:-1])
@@ -280,7 +288,7 @@ def grid_coords(shape, /, *, scale=1.0, mode="index", dtype=None, device=None, x
     >>> arrpos.grid_coords((1, 4), mode="center")[0, :, 0].tolist()
     [-0.75, -0.25, 0.25, 0.75]
     """
-    xp = array_namespace(xp=xp)
+    xp = array_namespace(xp=xp, dtype=dtype)
     if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
     try:
@@ -290,9 +298,10 @@ def grid_coords(shape, /, *, scale=1.0, mode="index", dtype=None, device=None, x
     if not shape:
         raise ValueError("shape must have at least one axis, got ()")
     shape = tuple(check_positive_int(s, f"shape[{i}]", minimum=0) for i, s in enumerate(shape))
+    check_size(math.prod(shape) * len(shape), "the grid")
     scale = check_real_scalar(scale, "scale")
     mode = check_choice(mode, "mode", _GRID_MODES)
-    check_dtype_arg(xp, dtype, device=device)
+    dtype = check_dtype_arg(xp, dtype, device=device)
     dtype = dtype if dtype is not None else default_float(xp, device)
     axes = [_axis_coords(xp, n, mode, scale, dtype, device) for n in shape]
     grids = xp.meshgrid(*axes, indexing="ij")
@@ -336,7 +345,8 @@ def timestep_embedding(timesteps, dim, /, *, max_period=10000.0, flip_sin_to_cos
         ``timesteps`` not a real array, ``dim`` not an int.
     ValueError
         ``dim < 1``, ``max_period <= 0``, ``dim // 2 == downscale_freq_shift`` (division by zero
-        in the formula), non-finite timesteps.
+        in the formula) or so close to it that the frequencies overflow; timesteps not finite
+        or ``|t| * max(1, largest frequency) >= 2**35``.
 
     Notes
     -----
@@ -353,15 +363,13 @@ def timestep_embedding(timesteps, dim, /, *, max_period=10000.0, flip_sin_to_cos
     [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
     """
     xp = array_namespace(timesteps, name="timesteps")
-    if not hasattr(timesteps, "dtype"):
-        raise TypeError(f"timesteps must be an array, got {type(timesteps).__name__}")
-    check_real_array(xp, timesteps, "timesteps")
-    dim = check_positive_int(dim, "dim")
+    check_array(xp, timesteps, "timesteps", kind="real")
+    dim = check_int(dim, "dim", minimum=1, maximum=MAX_DIM)
     max_period = check_real_scalar(max_period, "max_period", positive=True)
     shift = check_real_scalar(downscale_freq_shift, "downscale_freq_shift")
     scale = check_real_scalar(scale, "scale")
-    if not isinstance(flip_sin_to_cos, bool):
-        raise TypeError(f"flip_sin_to_cos must be a bool, got {flip_sin_to_cos!r}")
+    flip_sin_to_cos = check_bool(flip_sin_to_cos, "flip_sin_to_cos")
+    as_positions(xp, timesteps, "timesteps", width=dim)  # the output size
     half = dim // 2
     if half and half - shift == 0:
         raise ValueError(
@@ -369,8 +377,17 @@ def timestep_embedding(timesteps, dim, /, *, max_period=10000.0, flip_sin_to_cos
             "divides by zero; use a larger dim or another shift"
         )
     dtype = output_dtype(xp, timesteps, dtype, device=device_of(timesteps))
-    check_finite_range(xp, timesteps, "timesteps")
+    # a shift just above dim // 2 makes exp(-ln(max_period) i / (half - shift)) explode
+    exponent = -math.log(max_period) * (half - 1) / (half - shift) if half > 1 else 0.0
+    if exponent > 600:
+        raise ValueError(
+            f"downscale_freq_shift must keep the frequencies within float64: with dim // 2 = "
+            f"{half} and max_period={max_period}, got downscale_freq_shift={shift} (largest "
+            f"frequency exp({exponent:.3g})); use a shift further above or below dim // 2"
+        )
     hi, lo = timestep_frequencies(half, max_period, shift, scale)
+    top = float(abs(hi).max()) if half else 0.0
+    timesteps = check_positions(xp, timesteps, "timesteps", frequency=top)
     layout = "split_cos" if flip_sin_to_cos else "split"
     return _table(xp, timesteps, hi, lo, layout=layout, dtype=dtype, width=dim)
 
@@ -418,11 +435,7 @@ def decode_sinusoidal(encoding, /, *, base=10000.0, layout="interleaved"):
     [0.0, 5.0, 1234.5]
     """
     xp = array_namespace(encoding, name="encoding")
-    if not hasattr(encoding, "dtype"):
-        raise TypeError(f"encoding must be an array, got {type(encoding).__name__}")
-    check_real_array(xp, encoding, "encoding", integer_ok=False)
-    if encoding.ndim < 1:
-        raise ValueError("encoding must have shape (..., dim), got a 0-d array")
+    check_array(xp, encoding, "encoding", kind="floating", min_ndim=1, shape_hint="(..., dim)")
     dim = encoding.shape[-1]
     if dim < 2 or dim % 2:
         raise ValueError(f"encoding's last axis (dim) must be even and >= 2, got {dim}")
@@ -438,7 +451,7 @@ def decode_sinusoidal(encoding, /, *, base=10000.0, layout="interleaved"):
     else:
         s, c = enc[..., :half], enc[..., half:]
     hi, _ = power_frequencies(half, dim, base)
-    w = xp.asarray(hi, dtype=work, device=dev)
+    w = xp.asarray(np.array(hi), dtype=work, device=dev)  # a writable copy: torch warns otherwise
     angle = xp.atan2(s, c)
     two_pi = 2 * math.pi
     # Coarse estimate from the lowest frequency, then refine through frequencies at most 8x apart

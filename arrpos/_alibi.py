@@ -7,13 +7,16 @@ import numpy as np
 
 from . import _dispatch
 from ._lib import (
+    MAX_OFFSET,
     array_namespace,
+    check_array,
     check_choice,
     check_dtype_arg,
-    check_finite_range,
-    check_positive_int,
+    check_finite_values,
+    check_int,
     check_real_array,
     check_real_scalar,
+    check_size,
     default_float,
     device_of,
     has_float64,
@@ -22,6 +25,7 @@ from ._lib import (
 __all__ = ["alibi_bias", "alibi_bias_from_mask", "alibi_bias_from_positions", "alibi_slopes"]
 
 _MODES = ("causal", "symmetric", "key")
+MAX_HEADS = 2**20  # far above any model; bounds the host computation and the transfer
 
 
 def _host_slopes(n, max_bias):
@@ -29,7 +33,7 @@ def _host_slopes(n, max_bias):
     the slopes of the lower power of two ``c`` then every other slope of ``2c``."""
     c = 2 ** int(math.floor(math.log2(n)))
     slopes = [2.0 ** (-max_bias * k / c) for k in range(1, c + 1)]
-    slopes += [2.0 ** (-max_bias * k / (2 * c)) for k in range(1, 2 * c + 1, 2)][: n - c]
+    slopes += [2.0 ** (-max_bias * k / (2 * c)) for k in range(1, 2 * (n - c), 2)]
     return np.array(slopes, dtype=np.float64)
 
 
@@ -92,17 +96,18 @@ def alibi_slopes(num_heads, /, *, max_bias=8.0, head_offset=0, total_heads=None,
     >>> arrpos.alibi_slopes(2, head_offset=2, total_heads=4).tolist()  # rank 1 of 2
     [0.015625, 0.00390625]
     """
-    xp = array_namespace(xp=xp)
-    num_heads = check_positive_int(num_heads, "num_heads")
+    xp = array_namespace(xp=xp, dtype=dtype)
+    num_heads = check_int(num_heads, "num_heads", minimum=1, maximum=MAX_HEADS)
     max_bias = check_real_scalar(max_bias, "max_bias", positive=True)
-    head_offset = check_positive_int(head_offset, "head_offset", minimum=0)
-    total = num_heads if total_heads is None else check_positive_int(total_heads, "total_heads")
+    head_offset = check_int(head_offset, "head_offset", minimum=0)
+    total = num_heads if total_heads is None else check_int(total_heads, "total_heads", minimum=1,
+                                                             maximum=MAX_HEADS)
     if head_offset + num_heads > total:
         raise ValueError(
             f"head_offset + num_heads must be <= total_heads, got {head_offset} + {num_heads} > "
             f"{total}" + (" (total_heads defaults to num_heads)" if total_heads is None else "")
         )
-    check_dtype_arg(xp, dtype, device=device)
+    dtype = check_dtype_arg(xp, dtype, device=device)
     if dtype is None:
         dtype = default_float(xp, device)
     elif dtype == getattr(xp, "float64", None) and not has_float64(xp, device):
@@ -113,11 +118,7 @@ def alibi_slopes(num_heads, /, *, max_bias=8.0, head_offset=0, total_heads=None,
 
 
 def _check_slopes(xp, slopes):
-    if not (hasattr(slopes, "shape") and hasattr(slopes, "dtype")):
-        raise TypeError(f"slopes must be an array, got {type(slopes).__name__}")
-    check_real_array(xp, slopes, "slopes", integer_ok=False)
-    if slopes.ndim != 1:
-        raise ValueError(f"slopes must have shape (heads,), got {tuple(slopes.shape)}")
+    check_array(xp, slopes, "slopes", kind="floating", ndim=1, shape_hint="(heads,)")
 
 
 def alibi_bias(slopes, query_len, key_len, /, *, mode="causal", query_offset=None):
@@ -171,12 +172,15 @@ def alibi_bias(slopes, query_len, key_len, /, *, mode="causal", query_offset=Non
     """
     xp = array_namespace(slopes, name="slopes")
     _check_slopes(xp, slopes)
-    query_len = check_positive_int(query_len, "query_len", minimum=0)
-    key_len = check_positive_int(key_len, "key_len", minimum=0)
+    query_len = check_int(query_len, "query_len", minimum=0)
+    key_len = check_int(key_len, "key_len", minimum=0)
+    check_size(slopes.shape[0] * query_len * key_len, "the bias")
     mode = check_choice(mode, "mode", _MODES)
     if query_offset is None:
         query_offset = key_len - query_len
-    query_offset = check_positive_int(query_offset, "query_offset", minimum=-(2**62))
+    # distances stay exact integers of the default int64 dtype
+    query_offset = check_int(query_offset, "query_offset", minimum=-MAX_OFFSET,
+                             maximum=MAX_OFFSET)
     dtype = slopes.dtype
     return _dispatch.call("alibi_bias", xp, slopes, query_len, key_len, arrays=(slopes,),
                           mode=mode, query_offset=query_offset, dtype=dtype)
@@ -224,13 +228,8 @@ def alibi_bias_from_mask(slopes, attention_mask, /):
 
     xp = array_namespace(slopes, attention_mask, name="slopes and attention_mask")
     _check_slopes(xp, slopes)
-    m = attention_mask
-    if not (hasattr(m, "shape") and hasattr(m, "dtype")):
-        raise TypeError(f"attention_mask must be an array, got {type(m).__name__}")
-    if not (xp.isdtype(m.dtype, "bool") or xp.isdtype(m.dtype, "integral")):
-        raise TypeError(f"attention_mask must be a bool or integer array, got dtype {m.dtype}")
-    if m.ndim != 2:
-        raise ValueError(f"attention_mask must have shape (batch, key_len), got {tuple(m.shape)}")
+    m = check_array(xp, attention_mask, "attention_mask", kind="bool or integer", ndim=2,
+                    shape_hint="(batch, key_len)")
     if not xp.isdtype(m.dtype, "bool"):
         if not is_lazy(m) and m.size and not bool(xp.all((m == 0) | (m == 1))):
             raise ValueError("attention_mask must hold only 0 and 1")
@@ -250,7 +249,7 @@ def _check_positions(xp, x, name):
     check_real_array(xp, x, name)
     if x.ndim < 1:
         raise ValueError(f"{name} must have shape (..., n) with at least one axis, got a 0-d array")
-    check_finite_range(xp, x, name)
+    check_finite_values(xp, x, name)
 
 
 def alibi_bias_from_positions(slopes, query_positions, key_positions, /, *, mode="symmetric"):

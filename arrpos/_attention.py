@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ._lib import array_namespace, check_choice, check_real_scalar, device_of
-from ._relative import _float_array, shaw_key_scores, shaw_value_term
+from ._lib import array_namespace, check_array, check_bool, check_choice, check_real_scalar, device_of
+from ._relative import shaw_key_scores, shaw_value_term
 
 __all__ = ["PositionProperties", "attention", "properties", "similarity"]
 
@@ -78,15 +78,13 @@ def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, rel
     """
     xp = array_namespace(q, k, v, bias, mask, name="q, k, v, bias and mask")
     for name, a in (("q", q), ("k", k), ("v", v)):
-        _float_array(xp, a, name, ndim_min=2)
+        check_array(xp, a, name, kind="floating", min_ndim=2)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share the feature size, got {q.shape} and {k.shape}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same number of rows, got {k.shape} and {v.shape}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if not isinstance(return_weights, bool):
-        raise TypeError(f"return_weights must be a bool, got {type(return_weights).__name__}")
+    causal = check_bool(causal, "causal")
+    return_weights = check_bool(return_weights, "return_weights")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     else:
@@ -105,7 +103,7 @@ def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, rel
         scores = scores + shaw_key_scores(q, key_table, index)
     scores = scores * scale
     if bias is not None:
-        _float_array(xp, bias, "bias")
+        check_array(xp, bias, "bias", kind="floating")
         scores = scores + xp.astype(bias, scores.dtype)
     weights = _softmax(xp, scores, _allowed(xp, scores, mask, causal))
     out = xp.matmul(weights, xp.astype(v, weights.dtype))
@@ -120,8 +118,7 @@ def _allowed(xp, scores, mask, causal):
     """The boolean mask of allowed (query, key) pairs, broadcast to ``scores``; None: all."""
     allowed = None
     if mask is not None:
-        if not (hasattr(mask, "dtype") and xp.isdtype(mask.dtype, "bool")):
-            raise TypeError(f"mask must be a boolean array, got {getattr(mask, 'dtype', mask)!r}")
+        check_array(xp, mask, "mask", kind="bool")
         allowed = mask
     if causal:
         qn, kn = scores.shape[-2], scores.shape[-1]
@@ -185,7 +182,7 @@ def similarity(table, /, *, metric="dot"):
     [[1.0, 0.6], [0.6, 1.0]]
     """
     xp = array_namespace(table, name="table")
-    _float_array(xp, table, "table", ndim_min=2)
+    check_array(xp, table, "table", kind="floating", min_ndim=2)
     metric = check_choice(metric, "metric", ("dot", "cosine"))
     if metric == "cosine":
         norm = xp.sqrt(xp.sum(table * table, axis=-1, keepdims=True))
@@ -294,7 +291,7 @@ def properties(table, /, *, metric="dot"):
     (1.0, 1.0, True)
     """
     xp = array_namespace(table, name="table")
-    _float_array(xp, table, "table", ndim_min=2)
+    check_array(xp, table, "table", kind="floating", min_ndim=2)
     metric = check_choice(metric, "metric", ("dot", "cosine", "precomputed"))
     if table.ndim != 2:
         raise ValueError(f"table must be 2-D, got shape {tuple(table.shape)}")

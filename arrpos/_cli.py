@@ -169,7 +169,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     lines.append(f"GPU: {gpu_line}")
     mpl = info["matplotlib"]
     lines.append(f"plots: matplotlib {mpl}" if mpl else
-                 'plots: matplotlib not installed (pip install "arrpos[plot]")')
+                 'plots: matplotlib not installed (pip install matplotlib)')
     print("\n".join(lines))
     return 0
 
@@ -181,9 +181,26 @@ def _load_npy(path: str, name: str) -> Any:
     import numpy as np
 
     try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+    except OSError as exc:
+        raise ValueError(f"{name} {path!r} cannot be read: {_one_line(exc)}") from None
+    if magic != b"\x93NUMPY":
+        raise ValueError(f"{name} {path!r} is not a .npy file (no NumPy header); write one "
+                         "with numpy.save")
+    try:
         return np.load(path, allow_pickle=False)
     except ValueError as exc:
         raise ValueError(f"{name} {path!r} is not a .npy array file: {_one_line(exc)}") from None
+
+
+_MAX_PLOTTED_HEADS = 64  # one panel per head: more would take minutes and be unreadable
+
+
+def _table_2d(tab: Any, name: str, what: str) -> Any:
+    if tab.ndim != 2:
+        raise ValueError(f"{name} must hold a 2-D array {what}, got shape {tab.shape}")
+    return tab
 
 
 def _figure(args: argparse.Namespace) -> Any:
@@ -200,7 +217,7 @@ def _figure(args: argparse.Namespace) -> Any:
                                     f"{args.layout}, base {args.base:g})")
     if kind == "similarity":
         if args.table:
-            tab = _load_npy(args.table, "--table")
+            tab = _table_2d(_load_npy(args.table, "--table"), "--table", "(positions, dim)")
         else:
             tab = arrpos.sinusoidal(args.length, args.dim, base=args.base)
         return plot.similarity(tab, metric=args.metric)
@@ -210,14 +227,19 @@ def _figure(args: argparse.Namespace) -> Any:
         return plot.alibi(args.heads, length=args.length, mode=args.mode,
                           max_bias=args.max_bias)
     if kind == "t5":
-        if args.table:
-            tab = _load_npy(args.table, "--table")
+        if args.table:  # the table's rows are its buckets
+            tab = _table_2d(_load_npy(args.table, "--table"), "--table", "(buckets, heads)")
+            if tab.shape[1] > _MAX_PLOTTED_HEADS:
+                raise ValueError(f"--table must have at most {_MAX_PLOTTED_HEADS} heads "
+                                 f"(columns) to plot, got {tab.shape[1]}; save a slice")
+            buckets = tab.shape[0]
         else:  # an untrained table: random values per bucket make the bucket pattern visible
             import numpy as np
 
             tab = np.random.default_rng(args.seed).normal(size=(args.num_buckets, args.heads))
+            buckets = args.num_buckets
         return plot.t5(tab, length=args.length, bidirectional=not args.causal,
-                       num_buckets=args.num_buckets, max_distance=args.max_distance)
+                       num_buckets=buckets, max_distance=args.max_distance)
     raise CommandError(f"unknown plot kind {kind!r}")  # argparse prevents this
 
 
@@ -384,13 +406,15 @@ def _plot_parsers(sub: Any) -> None:
     p.add_argument("--length", type=_positive, default=100, help="positions (default 100)")
     p.add_argument("--dim", type=_positive, default=64, help="features, even (default 64)")
     p.add_argument("--base", type=float, default=10000.0, help="wavelength base (default 1e4)")
-    p.add_argument("--layout", choices=("interleaved", "split"), default="interleaved")
+    p.add_argument("--layout", choices=("interleaved", "split"), default="interleaved",
+                   help="sin/cos layout (default %(default)s)")
 
     p = kind("similarity", "similarity matrix between the positions of a table")
     p.add_argument("--length", type=_positive, default=64, help="positions (default 64)")
     p.add_argument("--dim", type=_positive, default=64, help="features, even (default 64)")
     p.add_argument("--base", type=float, default=10000.0, help="wavelength base (default 1e4)")
-    p.add_argument("--metric", choices=("dot", "cosine"), default="dot")
+    p.add_argument("--metric", choices=("dot", "cosine"), default="dot",
+                   help="similarity of two rows (default %(default)s)")
     p.add_argument("--table", metavar="FILE.npy",
                    help="a (positions, features) table to use instead of a sinusoidal one")
 
@@ -403,7 +427,8 @@ def _plot_parsers(sub: Any) -> None:
     p = kind("alibi", "ALiBi bias, one panel per head")
     p.add_argument("--heads", type=_positive, default=8, help="number of heads (default 8)")
     p.add_argument("--length", type=_positive, default=32, help="query/key length (default 32)")
-    p.add_argument("--mode", choices=("causal", "symmetric", "key"), default="causal")
+    p.add_argument("--mode", choices=("causal", "symmetric", "key"), default="causal",
+                   help="form of the bias (default %(default)s)")
     p.add_argument("--max-bias", type=float, default=8.0, help="slope parameter (default 8)")
 
     p = kind("t5", "T5 relative bias, one panel per head")
@@ -435,19 +460,22 @@ def _table_parsers(sub: Any) -> None:
     p.add_argument("--length", type=_positive, required=True, help="positions 0 .. length-1")
     p.add_argument("--dim", type=_positive, required=True, help="features, even")
     p.add_argument("--base", type=float, default=10000.0, help="wavelength base (default 1e4)")
-    p.add_argument("--layout", choices=("interleaved", "split"), default="interleaved")
+    p.add_argument("--layout", choices=("interleaved", "split"), default="interleaved",
+                   help="sin/cos layout (default %(default)s)")
 
     p = kind("rope", "RoPE cos and sin tables: .npz with arrays cos, sin, inv_freq, or .npy "
                      "with cos and sin stacked (2, length, dim)", "rope.npz")
     p.add_argument("--length", type=_positive, required=True, help="positions 0 .. length-1")
     p.add_argument("--dim", type=_positive, required=True, help="rotary width, even")
     p.add_argument("--base", type=float, default=10000.0, help="rope_theta (default 1e4)")
-    p.add_argument("--layout", choices=("half", "interleaved"), default="half")
+    p.add_argument("--layout", choices=("half", "interleaved"), default="half",
+                   help="rotary layout (default %(default)s)")
 
     p = kind("alibi", "ALiBi bias (heads, length, length) as .npy", "alibi.npy")
     p.add_argument("--heads", type=_positive, required=True, help="number of heads")
     p.add_argument("--length", type=_positive, required=True, help="query and key length")
-    p.add_argument("--mode", choices=("causal", "symmetric", "key"), default="causal")
+    p.add_argument("--mode", choices=("causal", "symmetric", "key"), default="causal",
+                   help="form of the bias (default %(default)s)")
     p.add_argument("--max-bias", type=float, default=8.0, help="slope parameter (default 8)")
 
 
@@ -504,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plot", help="draw an encoding to an image file",
                        description="Draw an encoding to an image (PNG, PDF, SVG). Needs "
-                                   'matplotlib: pip install "arrpos[plot]".',
+                                   'matplotlib: pip install matplotlib.',
                        epilog="Example: arrpos plot sinusoidal --length 100 --dim 64 -o pe.png")
     p.set_defaults(func=_cmd_plot)
     _plot_parsers(p.add_subparsers(dest="kind", metavar="KIND", required=True))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ._lib import array_namespace, check_real_array, device_of
+from ._lib import array_namespace, check_array, check_bool, check_choice, check_int, device_of
 
 __all__ = ["conv_positional", "conv_positional_2d"]
 
@@ -80,17 +80,12 @@ def _activate(xp, x, activation):
 
 def _check_common(xp, x, weight, bias, activation, residual, *, kernel_axes):
     for name, a in (("x", x), ("weight", weight)):
-        if not (hasattr(a, "shape") and hasattr(a, "dtype")):
-            raise TypeError(f"{name} must be an array, got {type(a).__name__}")
-        check_real_array(xp, a, name, integer_ok=False)
+        check_array(xp, a, name, kind="floating")
     if bias is not None:
-        if not (hasattr(bias, "shape") and hasattr(bias, "dtype")):
-            raise TypeError(f"bias must be an array or None, got {type(bias).__name__}")
-        check_real_array(xp, bias, "bias", integer_ok=False)
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"activation must be one of 'gelu', 'tanh', None, got {activation!r}")
-    if not isinstance(residual, bool):
-        raise TypeError(f"residual must be a bool, got {type(residual).__name__}")
+        check_array(xp, bias, "bias", kind="floating")
+    if activation is not None:
+        check_choice(activation, "activation", tuple(a for a in _ACTIVATIONS if a))
+    check_bool(residual, "residual")
     channels = x.shape[-1] if x.ndim else None
     if weight.ndim != kernel_axes + 1 or weight.shape[-1] != channels or 0 in weight.shape:
         want = "(kernel, channels)" if kernel_axes == 1 else "(kh, kw, channels)"
@@ -173,8 +168,7 @@ def conv_positional(x, weight, bias=None, /, *, axis=-2, activation="gelu", resi
     """
     xp = array_namespace(x, weight, bias, name="x, weight and bias")
     _check_common(xp, x, weight, bias, activation, residual, kernel_axes=1)
-    if isinstance(axis, bool) or not isinstance(axis, int):
-        raise TypeError(f"axis must be an int, got {type(axis).__name__}")
+    axis = check_int(axis, "axis")
     if x.ndim < 2 or not -x.ndim <= axis < x.ndim or axis % x.ndim == x.ndim - 1:
         raise ValueError(
             f"axis must name a sequence axis of x (not the channel axis -1), got axis={axis} "

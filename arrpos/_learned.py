@@ -14,10 +14,11 @@ import numpy as np
 
 from ._lib import (
     array_namespace,
+    check_array,
     check_choice,
     check_dtype_arg,
+    check_size,
     check_positive_int,
-    check_real_array,
     check_real_scalar,
     default_float,
     device_of,
@@ -83,14 +84,15 @@ def learned_init(num_positions, dim, /, *, method="normal", std=0.02, seed=None,
     >>> bool((arrpos.learned_init(4, 3, seed=0) == t).all())
     True
     """
-    xp = array_namespace(xp=xp)
+    xp = array_namespace(xp=xp, dtype=dtype)
     num_positions = check_positive_int(num_positions, "num_positions")
     dim = check_positive_int(dim, "dim")
+    check_size(num_positions * dim, "the table")
     method = check_choice(method, "method", _METHODS_INIT)
     std = check_real_scalar(std, "std", positive=True)
     if seed is not None:
         seed = check_positive_int(seed, "seed", minimum=0)
-    check_dtype_arg(xp, dtype, device=device)
+    dtype = check_dtype_arg(xp, dtype, device=device)
     if dtype is None:
         dtype = default_float(xp, device)
     elif dtype == getattr(xp, "float64", None) and not has_float64(xp, device):
@@ -116,11 +118,7 @@ def learned_init(num_positions, dim, /, *, method="normal", std=0.02, seed=None,
 
 
 def _check_table(xp, table, name="table"):
-    if not (hasattr(table, "shape") and hasattr(table, "dtype")):
-        raise TypeError(f"{name} must be an array, got {type(table).__name__}")
-    check_real_array(xp, table, name, integer_ok=False)
-    if table.ndim < 2:
-        raise ValueError(f"{name} must have shape (..., rows, dim), got {tuple(table.shape)}")
+    check_array(xp, table, name, kind="floating", min_ndim=2, shape_hint="(..., rows, dim)")
 
 
 def lookup(table, positions, /):
@@ -163,9 +161,7 @@ def lookup(table, positions, /):
     _check_table(xp, table)
     if table.ndim != 2:
         raise ValueError(f"table must have shape (num_positions, dim), got {tuple(table.shape)}")
-    if not (hasattr(positions, "shape") and hasattr(positions, "dtype")):
-        raise TypeError(f"positions must be an integer array, got {type(positions).__name__}")
-    check_real_array(xp, positions, "positions", float_ok=False)
+    check_array(xp, positions, "positions", kind="integer")
     n = table.shape[0]
     if not is_lazy(positions) and positions.size:
         lo, hi = int(xp.min(positions)), int(xp.max(positions))

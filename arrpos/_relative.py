@@ -18,9 +18,12 @@ import math
 import numpy as np
 
 from ._lib import (
+    MAX_OFFSET,
     array_namespace,
+    check_array,
+    check_bool,
+    check_int,
     check_positive_int,
-    check_real_array,
     check_real_scalar,
     device_of,
     is_lazy,
@@ -42,26 +45,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- helpers
-
-def _require_array(x, name, *, ndim_min=0):
-    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
-        raise TypeError(f"{name} must be an array, got {type(x).__name__}")
-    if x.ndim < ndim_min:
-        raise ValueError(f"{name} must have at least {ndim_min} axes, got shape {tuple(x.shape)}")
-    return x
-
-
-def _int_array(xp, x, name, *, ndim_min=0):
-    _require_array(x, name, ndim_min=ndim_min)
-    check_real_array(xp, x, name, float_ok=False)
-    return x
-
-
-def _float_array(xp, x, name, *, ndim_min=0):
-    _require_array(x, name, ndim_min=ndim_min)
-    check_real_array(xp, x, name, integer_ok=False)
-    return x
-
 
 def _check_index_range(xp, index, n, name, rows_name):
     """Eager arrays only: every entry of ``index`` in ``[0, n)``."""
@@ -140,7 +123,8 @@ def relative_positions(query_len, key_len, /, *, query_offset=0, device=None, xp
     xp = array_namespace(xp=xp)
     query_len = check_positive_int(query_len, "query_len", minimum=0)
     key_len = check_positive_int(key_len, "key_len", minimum=0)
-    query_offset = check_positive_int(query_offset, "query_offset", minimum=-(2**62))
+    query_offset = check_int(query_offset, "query_offset", minimum=-MAX_OFFSET,
+                             maximum=MAX_OFFSET)
     kpos = xp.arange(key_len, device=device)
     qpos = xp.arange(query_len, device=device) + query_offset
     return xp.reshape(kpos, (1, key_len)) - xp.reshape(qpos, (query_len, 1))
@@ -260,7 +244,7 @@ def shaw_index(relative, /, *, max_distance):
     [[2, 3, 4, 4, 4, 4]]
     """
     xp = array_namespace(relative, name="relative")
-    _int_array(xp, relative, "relative")
+    check_array(xp, relative, "relative", kind="integer")
     k = check_positive_int(max_distance, "max_distance", minimum=0)
     return xp.clip(relative, min=-k, max=k) + k
 
@@ -349,9 +333,8 @@ def t5_bucket(relative, /, *, bidirectional=True, num_buckets=32, max_distance=1
     [31, 3, 0, 0]
     """
     xp = array_namespace(relative, name="relative")
-    _int_array(xp, relative, "relative")
-    if not isinstance(bidirectional, bool):
-        raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__}")
+    check_array(xp, relative, "relative", kind="integer")
+    bidirectional = check_bool(bidirectional, "bidirectional")
     num_buckets = check_positive_int(num_buckets, "num_buckets")
     max_distance = check_positive_int(max_distance, "max_distance")
     nb = num_buckets // 2 if bidirectional else num_buckets
@@ -448,7 +431,7 @@ def deberta_bucket(relative, /, *, bucket_size=256, max_position=512):
     [317, 169, 129, 128, 0, -5, -270]
     """
     xp = array_namespace(relative, name="relative")
-    _int_array(xp, relative, "relative")
+    check_array(xp, relative, "relative", kind="integer")
     bucket_size = check_positive_int(bucket_size, "bucket_size", minimum=2)
     max_position = check_positive_int(max_position, "max_position")
     mid = bucket_size // 2
@@ -501,8 +484,8 @@ def relative_bias(table, index, /):
     [[1.0, 5.0], [3.0, 1.0]]
     """
     xp = array_namespace(table, index, name="table and index")
-    _float_array(xp, table, "table")
-    _int_array(xp, index, "index")
+    check_array(xp, table, "table", kind="floating")
+    check_array(xp, index, "index", kind="integer")
     if table.ndim != 2:
         raise ValueError(f"table must have shape (num_buckets, heads), got {tuple(table.shape)}")
     _check_index_range(xp, index, table.shape[0], "index", "table")
@@ -552,8 +535,7 @@ def rel_shift(scores, /):
     [[3.0, 0.0, 0.0], [5.0, 6.0, 0.0], [7.0, 8.0, 9.0]]
     """
     xp = array_namespace(scores, name="scores")
-    _require_array(scores, "scores", ndim_min=2)
-    check_real_array(xp, scores, "scores")
+    check_array(xp, scores, "scores", kind="real", min_ndim=2)
     return _rel_shift(xp, scores)
 
 
@@ -580,7 +562,7 @@ def _check_qd(q, table, qname, tname):
 
 
 def _check_index(xp, index, q, n, qname, tname):
-    _int_array(xp, index, "index")
+    check_array(xp, index, "index", kind="integer")
     if index.ndim != 2 or index.shape[0] != q:
         raise ValueError(
             f"index must have shape ({q}, k) (one row per row of {qname}), got {tuple(index.shape)}"
@@ -631,8 +613,8 @@ def shaw_key_scores(q, table, index, /):
     [[12.0, 21.0], [3.0, 12.0]]
     """
     xp = array_namespace(q, table, index, name="q, table and index")
-    _float_array(xp, q, "q", ndim_min=2)
-    _float_array(xp, table, "table", ndim_min=2)
+    check_array(xp, q, "q", kind="floating", min_ndim=2)
+    check_array(xp, table, "table", kind="floating", min_ndim=2)
     if table.ndim != 2:
         raise ValueError(f"table must have shape (num_rows, dim), got {tuple(table.shape)}")
     _check_qd(q, table, "q", "table")
@@ -685,8 +667,8 @@ def shaw_value_term(weights, table, index, /):
     [[3.0, 4.0], [1.0, 2.0]]
     """
     xp = array_namespace(weights, table, index, name="weights, table and index")
-    _float_array(xp, weights, "weights", ndim_min=2)
-    _float_array(xp, table, "table", ndim_min=2)
+    check_array(xp, weights, "weights", kind="floating", min_ndim=2)
+    check_array(xp, table, "table", kind="floating", min_ndim=2)
     if table.ndim != 2:
         raise ValueError(f"table must have shape (num_rows, dim), got {tuple(table.shape)}")
     _check_index(xp, index, weights.shape[-2], table.shape[0], "weights", "table")
@@ -752,9 +734,9 @@ def transformer_xl_scores(q, k, r, u, v, /):
     """
     xp = array_namespace(q, k, r, u, v, name="q, k, r, u and v")
     for name, a in (("q", q), ("k", k), ("r", r)):
-        _float_array(xp, a, name, ndim_min=2)
+        check_array(xp, a, name, kind="floating", min_ndim=2)
     for name, a in (("u", u), ("v", v)):
-        _float_array(xp, a, name, ndim_min=1)
+        check_array(xp, a, name, kind="floating", min_ndim=1)
         _check_qd(q, a, "q", name)
     _check_qd(q, k, "q", "k")
     _check_qd(q, r, "q", "r")
@@ -826,14 +808,14 @@ def deberta_scores(q, k, pos_key, pos_query, bucket, /, *, scale_factor=None):
     """
     xp = array_namespace(q, k, pos_key, pos_query, bucket,
                          name="q, k, pos_key, pos_query and bucket")
-    _float_array(xp, q, "q", ndim_min=2)
-    _float_array(xp, k, "k", ndim_min=2)
+    check_array(xp, q, "q", kind="floating", min_ndim=2)
+    check_array(xp, k, "k", kind="floating", min_ndim=2)
     _check_qd(q, k, "q", "k")
     rows = None
     for name, p in (("pos_key", pos_key), ("pos_query", pos_query)):
         if p is None:
             continue
-        _float_array(xp, p, name, ndim_min=2)
+        check_array(xp, p, name, kind="floating", min_ndim=2)
         _check_qd(q, p, "q", name)
         if p.shape[-2] % 2 or (rows is not None and p.shape[-2] != rows):
             raise ValueError(
@@ -841,7 +823,7 @@ def deberta_scores(q, k, pos_key, pos_query, bucket, /, *, scale_factor=None):
                 f"pos_query, got shape {tuple(p.shape)}"
             )
         rows = p.shape[-2]
-    _int_array(xp, bucket, "bucket")
+    check_array(xp, bucket, "bucket", kind="integer")
     qn, kn = q.shape[-2], k.shape[-2]
     if tuple(bucket.shape) != (qn, kn):
         raise ValueError(f"bucket must have shape ({qn}, {kn}), got {tuple(bucket.shape)}")

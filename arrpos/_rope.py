@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from decimal import Decimal, localcontext
 
 import numpy as np
@@ -18,16 +17,23 @@ from . import _dispatch
 from ._lib import (
     array_namespace,
     as_positions,
+    check_array,
+    check_bool,
     check_choice,
     check_dtype_arg,
     check_even_dim,
-    check_finite_range,
+    check_finite_values,
+    check_int,
+    check_positions,
     check_positive_int,
-    check_real_array,
     check_real_scalar,
+    detached,
     device_of,
+    memory_overlap,
     has_float64,
+    has_zero_stride,
     is_lazy,
+    is_read_only,
     is_writeable,
     output_dtype,
 )
@@ -138,7 +144,7 @@ def rope_frequencies(dim, /, *, base=10000.0, scaling=None, seq_len=None, dtype=
     >>> inv.shape, round(att, 6)
     ((64,), 1.138629)
     """
-    xp = array_namespace(xp=xp)
+    xp = array_namespace(xp=xp, dtype=dtype)
     dim = check_even_dim(dim, "dim")
     base = check_real_scalar(base, "base", positive=True)
     scaling = _check_scaling(scaling)
@@ -271,19 +277,13 @@ def period_frequencies(dim, /, *, min_period, max_period, dtype=None, device=Non
     return xp.asarray(2 * np.pi / periods, dtype=dtype, device=device)
 
 
-def _check_array(xp, a, name):
-    if not hasattr(a, "dtype") or not hasattr(a, "shape"):
-        raise TypeError(f"{name} must be an array, got {type(a).__name__}")
-    return a
-
-
 def _check_axes(axes, n_freq, n_coords):
     if axes is None:
         return None
     if isinstance(axes, (str, bytes)) or not hasattr(axes, "__len__"):
         raise TypeError(f"axes must be a sequence of ints (one per frequency), got "
                         f"{type(axes).__name__}")
-    axes = tuple(check_positive_int(a, f"axes[{i}]", minimum=0) for i, a in enumerate(axes))
+    axes = tuple(check_int(a, f"axes[{i}]", minimum=0) for i, a in enumerate(axes))
     if len(axes) != n_freq:
         raise ValueError(f"axes must have one entry per frequency (len(inv_freq) = {n_freq}), "
                          f"got {len(axes)}")
@@ -359,9 +359,11 @@ def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0,
     Notes
     -----
     Angles are formed exactly (float64 where the device has it, else an exact float32 split),
-    so a float32 table is within 2e-7 of the exact one for the given ``inv_freq`` up to
-    position 2**24, on every backend (JAX without x64 included). RoPE-Mixed reduces each
-    product ``positions[..., a] * inv_freq[a, i]`` exactly before adding them.
+    so a float32 table is within 2e-7 of the exact one for the given ``inv_freq`` for every
+    accepted position, on every backend (JAX without x64 included). Accepted: finite
+    ``|p| * max(1, max|inv_freq|) < 2**35`` (``2**28`` without float64); others raise.
+    RoPE-Mixed reduces each product ``positions[..., a] * inv_freq[a, i]`` exactly before
+    adding them.
     Backend support: NumPy float32/float64 output takes the compiled kernel when it is built;
     every other namespace the generic Array API code.
 
@@ -399,13 +401,13 @@ def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0,
 def _table_args(positions, inv_freq, layout, attention_factor, axes, dtype):
     """rope_cos_sin's arguments validated and normalised (the namespace, positions, dtype)."""
     xp = array_namespace(positions, inv_freq, name="positions and inv_freq")
-    _check_array(xp, inv_freq, "inv_freq")
-    check_real_array(xp, inv_freq, "inv_freq")
+    check_array(xp, inv_freq, "inv_freq", kind="real")
     if inv_freq.ndim not in (1, 2) or 0 in tuple(inv_freq.shape):
         raise ValueError(f"inv_freq must have shape (F,) or (n_coords, F) (RoPE-Mixed) with "
                          f"F >= 1, got shape {tuple(inv_freq.shape)}")
+    top = check_finite_values(xp, inv_freq, "inv_freq")
     # an int length is made beside inv_freq; an array's device is its own (None under jit)
-    pos = as_positions(xp, positions, "positions",
+    pos = as_positions(xp, positions, "positions", width=2 * inv_freq.shape[0],
                        device=device_of(inv_freq) if isinstance(positions, int) else None)
     layout = check_choice(layout, "layout", _LAYOUTS)
     attention_factor = check_real_scalar(attention_factor, "attention_factor", positive=True)
@@ -416,7 +418,7 @@ def _table_args(positions, inv_freq, layout, attention_factor, axes, dtype):
         _check_mixed(inv_freq, pos, axes)
     else:
         axes = _check_axes(axes, inv_freq.shape[0], pos.shape[-1] if pos.ndim else None)
-    check_dtype_arg(xp, dtype, device=device_of(pos))
+    dtype = check_dtype_arg(xp, dtype, device=device_of(pos))
     if dtype is None:
         ref = inv_freq
         if xp.isdtype(pos.dtype, "real floating"):
@@ -425,7 +427,7 @@ def _table_args(positions, inv_freq, layout, attention_factor, axes, dtype):
         dtype = output_dtype(xp, ref, None, device=device_of(pos))
     else:
         dtype = output_dtype(xp, None, dtype, device=device_of(pos))
-    check_finite_range(xp, pos, "positions")
+    pos = check_positions(xp, pos, "positions", frequency=top)
     return xp, pos, inv_freq, layout, attention_factor, axes, dtype
 
 
@@ -475,8 +477,7 @@ def mrope_axes(sections, /, *, interleaved=False):
                 for i, s in enumerate(sections)]
     if not sections or sum(sections) == 0:
         raise ValueError(f"sections must be non-empty with a positive sum, got {sections}")
-    if not isinstance(interleaved, bool):
-        raise TypeError(f"interleaved must be a bool, got {interleaved!r}")
+    interleaved = check_bool(interleaved, "interleaved")
     total = sum(sections)
     if not interleaved:
         return tuple(k % 3 for k, s in enumerate(sections) for _ in range(s))
@@ -507,8 +508,7 @@ def _check_apply_args(xp, x, cos, sin, layout, inverse, out, *, x_name="x", out_
     """The argument checks of :func:`apply_rope` (raises; returns nothing); ``x_name`` and
     ``out_name`` are the names the messages use (``q``/``k`` for :func:`apply_rope_qk`)."""
     for name, a in ((x_name, x), ("cos", cos), ("sin", sin)):
-        _check_array(xp, a, name)
-        check_real_array(xp, a, name, integer_ok=False)
+        check_array(xp, a, name, kind="floating")
     _check_layout_inverse(layout, inverse)
     if x.ndim < 1:
         raise ValueError(f"{x_name} must have shape (..., dim), got a 0-d array")
@@ -534,15 +534,14 @@ def _check_apply_args(xp, x, cos, sin, layout, inverse, out, *, x_name="x", out_
 
 def _check_layout_inverse(layout, inverse):
     check_choice(layout, "layout", _LAYOUTS)
-    if not isinstance(inverse, bool):
-        raise TypeError(f"inverse must be a bool, got {type(inverse).__name__} {inverse!r}")
+    check_bool(inverse, "inverse")
 
 
 def _check_out(xp, x, out, x_name="x", out_name="out"):
     """``out``: None, or a mutable array of ``x``'s shape and dtype."""
     if out is None:
         return
-    _check_array(xp, out, out_name)
+    check_array(xp, out, out_name, kind="any")
     if not is_writeable(out):
         raise TypeError(f"{out_name}= needs a mutable array; this library's arrays are "
                         "immutable (JAX): use the return value (under jit, XLA reuses the buffer)")
@@ -575,6 +574,19 @@ def _memo_check(key_parts, check):
             _VALIDATED.add(key)
 
 
+def _check_out_memory(out):
+    """Checks of ``out``'s memory, run on every call (flags and strides are not in the key)."""
+    if is_read_only(out):
+        raise ValueError("out must be a writable array, got a read-only one")
+    if not is_writeable(out):
+        raise TypeError("out= needs a mutable array; this library's arrays are immutable "
+                        "(JAX): use the return value (under jit, XLA reuses the buffer)")
+    if has_zero_stride(out):
+        raise ValueError(f"out must not have elements that share memory (an expanded or "
+                         f"broadcast array), got one of shape {tuple(out.shape)} with a "
+                         f"zero stride")
+
+
 def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
     """Rotate queries or keys: ``x * cos + rotate(x) * sin`` on the first ``cos.shape[-1]`` features.
 
@@ -595,7 +607,8 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
         Rotate back (the transpose: ``-sin``); also the backward pass of the rotation.
     out : array, optional
         Receives the result: ``x``'s shape and dtype; ``out=x`` rotates in place. Not for
-        immutable arrays (JAX).
+        immutable arrays (JAX), read-only or expanded (zero-stride) arrays. An ``out`` that
+        overlaps ``x`` otherwise is filled from a temporary.
 
     Returns
     -------
@@ -610,15 +623,18 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
     ValueError
         Unknown ``layout``; ``cos`` and ``sin`` of different shapes; ``R`` odd, zero or wider
         than ``x``; tables that do not broadcast to ``x[..., :R]``; ``out`` of the wrong shape
-        or dtype.
+        or dtype, read-only, or with a zero stride.
 
     Notes
     -----
     The arithmetic promotes ``x`` with the tables (float16 ``x`` with float32 tables computes in
     float32) and rounds once to ``x.dtype``. Without ``out`` nothing is written in place, so
     gradients flow on torch and JAX.
-    Backend support: NumPy float32/float64 ``x`` takes the compiled kernel when it is built;
-    every other namespace (and any input that kernel declines) the generic Array API code.
+    Backend support: NumPy (and torch CPU) float32/float64 ``x`` takes the compiled kernel when
+    it is built; float32 ``x`` with float64 tables too, the tables rounded to float32 first
+    (results within a few float32 ulps of the promoted computation). Every other namespace,
+    and inputs the kernel declines (neg/conj views, unaligned or byte-swapped memory, strides
+    that are not whole elements), take the generic Array API code.
 
     Examples
     --------
@@ -638,6 +654,13 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
     _memo_check(lambda: ("apply_rope", id(xp), _signature(x, cos, sin, out), layout,
                          _bool_key(inverse)),
                 lambda: _check_apply_args(xp, x, cos, sin, layout, inverse, out))
+    if out is not None:
+        _check_out_memory(out)
+    if out is not None and memory_overlap(out, x) == "partial":
+        # out overlaps x at an offset: every path would read input it already overwrote
+        out[...] = _dispatch.call("apply_rope", xp, x, cos, sin, arrays=(x, cos, sin, None),
+                                  layout=layout, inverse=inverse, out=None)
+        return out
     return _dispatch.call("apply_rope", xp, x, cos, sin, arrays=(x, cos, sin, out),
                           layout=layout, inverse=inverse, out=out)
 
@@ -645,10 +668,8 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
 def _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout, inverse, out):
     """The shape and kind checks of :func:`apply_rope_cached` (values are checked apart)."""
     for name, a in (("x", x), ("cos_cache", cos_cache), ("sin_cache", sin_cache)):
-        _check_array(xp, a, name)
-        check_real_array(xp, a, name, integer_ok=False)
-    _check_array(xp, position_ids, "position_ids")
-    check_real_array(xp, position_ids, "position_ids", float_ok=False)
+        check_array(xp, a, name, kind="floating")
+    check_array(xp, position_ids, "position_ids", kind="integer")
     _check_layout_inverse(layout, inverse)
     if x.ndim < 1:
         raise ValueError("x must have shape (..., dim), got a 0-d array")
@@ -922,7 +943,7 @@ def xpos_scale(positions, dim, /, *, scale_base=512.0, layout="half", dtype=None
     layout = check_choice(layout, "layout", _LAYOUTS)
     dev = device_of(pos)
     dtype = output_dtype(xp, pos, dtype, device=dev)
-    check_finite_range(xp, pos, "positions")
+    pos = check_positions(xp, pos, "positions")
     rates = _xpos_rates(dim, scale_base)
     if not is_lazy(pos) and pos.size:
         limit = math.log(float(xp.finfo(dtype).max)) / abs(float(rates[0]))
@@ -967,7 +988,7 @@ class RoPE:
     >>> rope
     RoPE(8, base=10000.0, scaling=LinearScaling(factor=2.0), partial_rotary_factor=1.0, layout='half')
     >>> q = np.ones((1, 3, 2, 8))                       # (batch, seq, heads, dim)
-    >>> rope.apply(q, np.arange(3)).shape
+    >>> rope.apply(q, np.arange(3), heads_axis=-2).shape
     (1, 3, 2, 8)
     >>> cfg = {"hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000.0,
     ...        "max_position_embeddings": 131072,
@@ -1035,7 +1056,7 @@ class RoPE:
         xp = array_namespace(positions, name="positions")
         pos = as_positions(xp, positions, "positions")
         dev = device_of(pos)
-        check_dtype_arg(xp, dtype, device=dev)
+        dtype = check_dtype_arg(xp, dtype, device=dev)
         if dtype is None:
             dtype = output_dtype(xp, pos, None, device=dev)
         if self.scaling is not None and self.scaling.seq_dependent and seq_len is None:
@@ -1061,37 +1082,36 @@ class RoPE:
                 "seq_len is needed for a sequence-dependent scaling (dynamic NTK, LongRoPE) with "
                 "lazy positions (Dask, or JAX under jit): pass seq_len=max position + 1"
             )
-        return max(int(xp.max(pos)) + 1, 1) if pos.size else 1
+        return max(int(xp.max(detached(pos))) + 1, 1) if pos.size else 1
 
-    def apply(self, x, positions, *, heads_axis=-2, inverse=False, out=None, seq_len=None):
+    def apply(self, x, positions, *, heads_axis, inverse=False, out=None, seq_len=None):
         """Rotate ``x`` at ``positions``.
 
         Parameters
         ----------
         x : array
-            ``(..., seq, heads, head_dim)`` with the default ``heads_axis=-2``
-            (``(batch, seq, heads, dim)``, transformers' layout before its transpose); use
-            ``heads_axis=-3`` for ``(batch, heads, seq, dim)`` and ``None`` when ``x`` has no
-            heads axis.
+            ``(..., seq, heads, head_dim)`` with ``heads_axis=-2`` (``(batch, seq, heads,
+            dim)``), ``(..., heads, seq, head_dim)`` with ``heads_axis=-3`` (transformers'
+            ``(batch, heads, seq, dim)``), or no heads axis with ``heads_axis=None``.
         positions : int or array
             Positions of the tokens of ``x``: shape ``x.shape`` without the heads and feature
             axes, or any shape broadcasting to it (e.g. ``(seq,)``); multimodal: plus a
             trailing coordinate axis.
-        heads_axis : int or None, optional
-            Axis of ``x`` holding the heads (negative, counted from the end, or positive).
+        heads_axis : int or None
+            Required: the axis of ``x`` holding the heads (negative, counted from the end, or
+            positive), or None. There is no default because a guessed layout is silently
+            wrong when ``heads == seq``.
         inverse, out : optional
             As :func:`apply_rope`.
         seq_len : int, optional
             As :meth:`cos_sin`.
         """
         xp = array_namespace(x, name="x")
-        _check_array(xp, x, "x")
-        check_real_array(xp, x, "x", integer_ok=False)
+        check_array(xp, x, "x", kind="floating")
         if heads_axis is not None:
-            if isinstance(heads_axis, bool) or not isinstance(heads_axis, numbers.Integral):
-                raise TypeError(f"heads_axis must be an int or None, got {heads_axis!r}")
-            ax = int(heads_axis) - x.ndim if heads_axis >= 0 else int(heads_axis)
-            if not -x.ndim <= ax <= -2:
+            heads_axis = check_int(heads_axis, "heads_axis", minimum=-x.ndim, maximum=x.ndim - 2)
+            ax = heads_axis - x.ndim if heads_axis >= 0 else heads_axis
+            if ax > -2:
                 raise ValueError(f"heads_axis must name an axis of x other than the last "
                                  f"(x.ndim = {x.ndim}), got {heads_axis}")
         if not hasattr(positions, "shape"):

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ._exact import power_frequencies
-from ._lib import check_positive_int, check_real_scalar
+from ._lib import check_bool, check_positive_int, check_real_scalar
 
 __all__ = [
     "AxialScaling",
@@ -223,9 +223,7 @@ class YarnScaling(RopeScaling):
         self._set("mscale_all_dim", _optional_real(mscale_all_dim, "mscale_all_dim"))
         self._set("attention_factor",
                   _optional_real(attention_factor, "attention_factor", positive=True))
-        if not isinstance(truncate, bool):
-            raise TypeError(f"truncate must be a bool, got {type(truncate).__name__} {truncate!r}")
-        self._set("truncate", truncate)
+        self._set("truncate", check_bool(truncate, "truncate"))
 
     def _attention_factor(self) -> float:
         if self.attention_factor is not None:

@@ -1,4 +1,4 @@
-"""Figures of positional encodings (matplotlib; install with ``pip install "arrpos[plot]"``).
+"""Figures of positional encodings (matplotlib; install it with ``pip install matplotlib``).
 
 Every function returns a :class:`matplotlib.figure.Figure` made without pyplot, so it is safe in
 threads and needs no GUI backend: save it with ``fig.savefig("pe.png")`` or show it in a notebook.
@@ -19,11 +19,11 @@ try:
     from matplotlib.figure import Figure
 except ImportError as exc:  # the plot extra is optional
     raise ImportError(
-        'arrpos.plot needs matplotlib: pip install "arrpos[plot]" (or pip install matplotlib)'
+        'arrpos.plot needs matplotlib: pip install matplotlib (or, from a checkout, pip install ".[plot]")'
     ) from exc
 
 import arrpos
-from arrpos._lib import to_numpy
+from arrpos._lib import check_int, to_numpy
 
 __all__ = ["alibi", "rope_decay", "similarity", "t5", "table", "to_host"]
 
@@ -242,10 +242,7 @@ def rope_decay(dim: int = 128, /, *, max_distance: int = 256, base: float = 1000
     >>> [ax.get_ylabel() for ax in fig.axes]
     ['relative upper bound', 'mean score, all-ones q, k']
     """
-    if isinstance(max_distance, bool) or not isinstance(max_distance, int):
-        raise TypeError(f"max_distance must be an int, got {type(max_distance).__name__}")
-    if max_distance < 1:
-        raise ValueError(f"max_distance must be >= 1, got {max_distance}")
+    max_distance = check_int(max_distance, "max_distance", minimum=1)
     inv_freq, factor = arrpos.rope_frequencies(dim, base=base, scaling=scaling,
                                                seq_len=max_distance + 1, xp=xp)
     ns = _namespace_of(inv_freq)

@@ -31,7 +31,9 @@ def _torch_reference(layout):
         import torch
     except ImportError:
         return None, None
-    torch.set_num_threads(2)
+    # at most 2, never more than OpenMP allows (OMP_NUM_THREADS=1 must stay 1: torch and the
+    # kernels share libgomp, so raising torch's count would raise the kernels' too)
+    torch.set_num_threads(min(2, torch.get_num_threads()))
 
     def rotate_half(x, cos, sin):
         x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]

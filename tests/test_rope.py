@@ -530,7 +530,7 @@ def test_rope_object_apply_heads_axes(backend):
                                    if backend.float64 else backend.xp.float32)
     want = backend.to_numpy(arrpos.apply_rope(backend.asarray(x_bshd), cos[:, :, None, :],
                                               sin[:, :, None, :]))
-    got = backend.to_numpy(rope.apply(backend.asarray(x_bshd), backend.asarray(pos)))
+    got = backend.to_numpy(rope.apply(backend.asarray(x_bshd), backend.asarray(pos), heads_axis=-2))
     np.testing.assert_allclose(got, want, atol=1e-6)
     x_bhsd = np.swapaxes(x_bshd, 1, 2).copy()
     got2 = backend.to_numpy(rope.apply(backend.asarray(x_bhsd), backend.asarray(pos),

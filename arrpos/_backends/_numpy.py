@@ -8,11 +8,11 @@ and overlaps are checked by the kernels themselves; what they cannot serve raise
 """
 from __future__ import annotations
 
-import functools
+import threading
 
 import numpy as np
 
-from . import Unsupported, _cpu, _xp
+from . import _cpu, _xp
 
 __all__ = ["apply_rope", "apply_rope_cached", "apply_rope_qk", "have_openmp", "max_threads",
            "rope_cos_sin", "sinusoid_table", "supports", "thread_count"]
@@ -93,8 +93,42 @@ def _np_xp():
     return _NP_XP
 
 
-@functools.lru_cache(maxsize=32)
+_TABLE_CACHE_BYTES = 64 << 20  # the rotation tables kept between calls, in bytes (~1.8 KB/freq)
+_TABLES: dict = {}  # (hi_bytes, lo_bytes) -> tables, oldest first
+_TABLES_LOCK = threading.Lock()
+
+
 def _rotation_tables(hi_bytes: bytes, lo_bytes: bytes):
+    """The rotation tables of these frequencies, from a cache bounded in bytes (least recently
+    used entries go first); ``_rotation_tables.cache_clear()`` empties it."""
+    key = (hi_bytes, lo_bytes)
+    with _TABLES_LOCK:
+        tables = _TABLES.pop(key, None)
+        if tables is not None:
+            _TABLES[key] = tables  # most recently used last
+            return tables
+    tables = _build_rotation_tables(hi_bytes, lo_bytes)
+    with _TABLES_LOCK:
+        _TABLES[key] = tables
+        while len(_TABLES) > 1 and table_cache_bytes() > _TABLE_CACHE_BYTES:
+            del _TABLES[next(iter(_TABLES))]
+    return tables
+
+
+def table_cache_bytes() -> int:
+    """Bytes held by the rotation-table cache (tables and keys)."""
+    return sum(sum(a.nbytes for a in t) + len(k[0]) + len(k[1]) for k, t in _TABLES.items())
+
+
+def _clear_tables():
+    with _TABLES_LOCK:
+        _TABLES.clear()
+
+
+_rotation_tables.cache_clear = _clear_tables
+
+
+def _build_rotation_tables(hi_bytes: bytes, lo_bytes: bytes):
     """Exact rot(r w) for r < B and rot(2**k B w) for 2**k B < 2**53, from the generic exact path."""
     hi = np.frombuffer(hi_bytes, dtype=np.float64)
     lo = np.frombuffer(lo_bytes, dtype=np.float64)

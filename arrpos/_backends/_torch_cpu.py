@@ -24,8 +24,10 @@ _INT_IDS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 def _servable(t) -> bool:
-    """A tensor the kernels may read or write through a NumPy view."""
-    return t.device.type == "cpu" and not t.requires_grad
+    """A tensor the kernels may read or write through a NumPy view: a strided CPU tensor without
+    autograd, and no neg/conj bit (its memory holds the other sign: the generic path resolves it)."""
+    return (t.device.type == "cpu" and not t.requires_grad and t.layout == torch.strided
+            and not t.is_neg() and not t.is_conj())
 
 
 def supports(op, arrays, **kwargs) -> bool:

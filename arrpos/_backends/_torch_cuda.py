@@ -62,6 +62,8 @@ def supports(op: str, arrays=(), **kwargs) -> bool:
     for t in arrs:
         if not isinstance(t, torch.Tensor) or not t.is_cuda or t.requires_grad:
             return False
+        if t.layout != torch.strided or t.is_neg() or t.is_conj():
+            return False  # sparse, or neg/conj bit views (memory holds the other sign)
     if len({t.device for t in arrs}) > 1:
         return False
     if _name(kwargs.get("dtype", arrs[0].dtype)) not in _cupy.OP_DTYPES[op]:

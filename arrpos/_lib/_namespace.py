@@ -7,11 +7,17 @@ __all__ = [
     "array_namespace",
     "backend_name",
     "default_float",
+    "computable_positions",
+    "dense_array",
+    "detached",
     "dtype_kind",
     "device_of",
     "has_float64",
+    "has_zero_stride",
     "is_lazy",
+    "is_read_only",
     "is_writeable",
+    "memory_overlap",
     "namespace_for",
     "to_numpy",
 ]
@@ -61,11 +67,15 @@ def _namespace_by_type(arrays):
     return None if t is None else _TYPE_NAMESPACE.get(t)
 
 
-def array_namespace(*arrays, xp=None, name="arrays"):
+def array_namespace(*arrays, xp=None, name="arrays", dtype=None):
     """Namespace of the array arguments (None and Python scalars ignored).
 
-    With no array, ``xp`` if given, else NumPy. A mix of libraries is a TypeError naming ``name``.
+    With no array, ``xp`` if given, else the library of a ``dtype`` object
+    (``dtype=torch.float32`` selects torch), else NumPy. A mix of libraries is a TypeError
+    naming ``name``.
     """
+    if xp is None and dtype is not None and not any(_is_array(a) for a in arrays):
+        xp = _library_of_dtype(dtype)
     if xp is None:
         ns = _namespace_by_type(arrays)
         if ns is not None:
@@ -101,6 +111,61 @@ def _numpy():
     import numpy
 
     return numpy
+
+
+def _library_of_dtype(dtype):
+    """The library module a dtype object belongs to (None for names and unknown objects)."""
+    import sys
+
+    if isinstance(dtype, str):
+        return None
+    mod = getattr(dtype, "__module__", None)
+    if not isinstance(mod, str) or isinstance(dtype, type) and mod == "builtins":
+        mod = type(dtype).__module__
+    for candidate in (mod, mod.split(".")[0]):  # jax.numpy.float32 lives in jax.numpy
+        lib = sys.modules.get(candidate)
+        if lib is not None and candidate != "builtins" and hasattr(lib, "asarray"):
+            return lib
+    return None
+
+
+def detached(x):
+    """``x`` without autograd history (torch), so reading its values neither warns nor records."""
+    if _compat.is_torch_array(x) and x.requires_grad:
+        return x.detach()
+    return x
+
+
+def dense_array(x, name: str):
+    """``x`` if it is a dense (strided) array; a sparse torch tensor is a TypeError."""
+    if _compat.is_torch_array(x) and x.layout is not _torch_strided():
+        raise TypeError(f"{name} must be a dense array, got a {x.layout} tensor; call "
+                        ".to_dense() first")
+    return x
+
+
+def _torch_strided():
+    import sys
+
+    return sys.modules["torch"].strided
+
+
+def computable_positions(x):
+    """Positions in a dtype every op of their library supports: torch's unsigned 16/32-bit
+    integers become int64, uint64 float64 (no wrap-around), float8 and bfloat16 float32 (all
+    exact); every other array is returned as is."""
+    if not _compat.is_torch_array(x):
+        return x
+    import sys
+
+    torch = sys.modules["torch"]
+    if x.dtype in (torch.uint16, torch.uint32):
+        return x.to(torch.int64)
+    if x.dtype == torch.uint64:
+        return x.to(torch.float64)
+    if (x.dtype.is_floating_point and x.element_size() < 2) or x.dtype == torch.bfloat16:
+        return x.to(torch.float32)
+    return x
 
 
 def device_of(x):
@@ -213,3 +278,60 @@ def to_numpy(x):
         return np.asarray(x)
     except (TypeError, ValueError, RuntimeError):
         return np.from_dlpack(x)
+
+
+def _byte_strides(x):
+    """Strides in bytes of a NumPy/CuPy array or a torch tensor; None for other libraries."""
+    if _compat.is_torch_array(x):
+        return tuple(s * x.element_size() for s in x.stride())
+    strides = getattr(x, "strides", None)
+    return tuple(strides) if isinstance(strides, tuple) else None
+
+
+def is_read_only(x) -> bool:
+    """Whether ``x`` is a mutable library's array that is marked read-only (NumPy's flag)."""
+    flags = getattr(x, "flags", None)
+    return getattr(flags, "writeable", True) is False
+
+
+def has_zero_stride(x) -> bool:
+    """Whether several elements of ``x`` share one memory location (an expanded tensor or a
+    broadcast view): writing into such an array writes some elements many times."""
+    strides = _byte_strides(x)
+    if strides is None:
+        return False
+    return any(st == 0 and n > 1 for st, n in zip(strides, x.shape))
+
+
+def _byte_range(x):
+    """``(first, last + 1)`` byte addresses an array's elements may touch."""
+    if _compat.is_torch_array(x):
+        start, size = x.data_ptr(), x.element_size()
+    elif hasattr(x, "__array_interface__"):
+        start, size = x.__array_interface__["data"][0], x.itemsize
+    else:  # CuPy
+        start, size = x.data.ptr, x.itemsize
+    lo = hi = start
+    for st, n in zip(_byte_strides(x), x.shape):
+        if n == 0:
+            return start, start
+        if st > 0:
+            hi += st * (n - 1)
+        else:
+            lo += st * (n - 1)
+    return lo, hi + size
+
+
+def memory_overlap(a, b) -> str:
+    """``"same"`` when ``a`` and ``b`` are the same view, ``"partial"`` when their memory may
+    overlap otherwise, ``"none"`` when it cannot (or the library has no memory addresses)."""
+    if a is b:
+        return "same"
+    if _byte_strides(a) is None or _byte_strides(b) is None or type(a) is not type(b):
+        return "none"
+    ra, rb = _byte_range(a), _byte_range(b)
+    if ra[0] == rb[0] and _byte_strides(a) == _byte_strides(b) and a.shape == b.shape:
+        return "same"
+    if ra[0] < rb[1] and rb[0] < ra[1]:
+        return "partial"
+    return "none"

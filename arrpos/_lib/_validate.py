@@ -1,97 +1,186 @@
-"""Validation at the public boundary: every message names the argument, what came and what is allowed."""
+"""Validation at the public boundary, in one message style:
+``"<name> must be <what is allowed>, got <what was given>"``.
+
+Public modules call only these checks (kinds, dtypes and ndims of arrays; bools; ints with
+ranges; enumerated strings; finite reals; output sizes); positions have their own check in
+``_arrays`` because it reads values.
+"""
 from __future__ import annotations
 
-import numbers
+import math
 import operator
 
 from ._namespace import dtype_kind
 
 __all__ = [
+    "MAX_DIM",
+    "MAX_ELEMENTS",
+    "MAX_OFFSET",
+    "check_array",
+    "check_bool",
     "check_choice",
     "check_dtype_arg",
     "check_even_dim",
+    "check_int",
     "check_positive_int",
     "check_real_array",
     "check_real_scalar",
+    "check_size",
+    "describe",
 ]
 
+# Largest number of elements any function here builds (2**34: 64 GiB of float32); a bigger
+# request is a mistake (e.g. ``sinusoidal(4, 2**40)``) and is refused before any work.
+MAX_ELEMENTS = 2**34
+# Largest feature width (``dim``): the frequencies are computed on the host with decimal
+# arithmetic (~50 us each), so 2**17 features take a few seconds once, then are cached.
+MAX_DIM = 2**17
+# Largest |query_offset|: positions and their distances stay exact in float64 and int64.
+MAX_OFFSET = 2**53
 
-def check_positive_int(value, name: str, *, minimum: int = 1) -> int:
-    """``value`` as an int >= ``minimum``; bools and non-integral numbers are TypeErrors."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        try:  # 0-d integer arrays and numpy integers
-            if isinstance(value, bool):
-                raise TypeError
-            value = operator.index(value)
-        except TypeError:
-            raise TypeError(
-                f"{name} must be an integer, got {type(value).__name__} {value!r}"
-            ) from None
-    value = int(value)
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
+
+def describe(value) -> str:
+    """How a value is shown after "got": arrays by dtype and shape, other objects by type."""
+    if hasattr(value, "dtype") and hasattr(value, "shape") and not isinstance(value, type):
+        return f"an array of dtype {value.dtype} and shape {tuple(value.shape)}"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def check_bool(value, name: str) -> bool:
+    """``value`` if it is a Python or NumPy bool (not 0/1, not None)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise TypeError(f"{name} must be a bool (True or False), got {describe(value)}")
+
+
+def check_int(value, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as a Python int in ``[minimum, maximum]`` (None: unbounded on that side).
+
+    Python and NumPy integers and 0-d integer arrays pass; bools and non-integral numbers are
+    TypeErrors, values out of range ValueErrors.
+    """
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        raise TypeError(f"{name} must be an integer, got {describe(value)}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {describe(value)}") from None
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        lo = "" if minimum is None else f">= {minimum}"
+        hi = "" if maximum is None else f"<= {maximum}"
+        raise ValueError(f"{name} must be {' and '.join(s for s in (lo, hi) if s)}, got {value}")
+    return int(value)
+
+
+def check_positive_int(value, name: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """``value`` as an int >= ``minimum`` (a count or a length)."""
+    return check_int(value, name, minimum=minimum, maximum=maximum)
 
 
 def check_even_dim(dim, name: str = "dim", *, multiple: int = 2) -> int:
     """A positive integer divisible by ``multiple``."""
-    dim = check_positive_int(dim, name)
+    dim = check_int(dim, name, minimum=1, maximum=MAX_DIM)
     if dim % multiple:
         raise ValueError(f"{name} must be divisible by {multiple}, got {dim}")
     return dim
 
 
-def check_real_scalar(value, name: str, *, positive: bool = False, finite: bool = True) -> float:
-    """``value`` as a Python float; complex, strings and non-finite values are rejected."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        try:
-            if isinstance(value, (bool, str, bytes, complex)):
-                raise TypeError
-            value = float(value)
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"{name} must be a real number, got {type(value).__name__} {value!r}"
-            ) from None
-    value = float(value)
-    if finite and value != value or finite and value in (float("inf"), float("-inf")):
+def check_size(count: int, name: str, *, limit: int = MAX_ELEMENTS) -> int:
+    """Refuse an output of ``count`` elements above ``limit`` before any work is done."""
+    if count > limit:
+        raise ValueError(
+            f"{name} would have {count} elements, more than the limit of {limit} "
+            f"(2**{int(math.log2(limit))}); ask for a smaller table"
+        )
+    return count
+
+
+def check_real_scalar(value, name: str, *, positive: bool = False, finite: bool = True,
+                      minimum: float | None = None, maximum: float | None = None) -> float:
+    """``value`` as a Python float; complex, strings, bools and (by default) non-finite values
+    are rejected; ``positive``/``minimum``/``maximum`` bound it."""
+    if isinstance(value, (bool, str, bytes, complex)) or type(value).__name__ == "bool_":
+        raise TypeError(f"{name} must be a real number, got {describe(value)}")
+    try:
+        value = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"{name} must be a real number, got {describe(value)}") from None
+    if finite and not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     if positive and not value > 0:
         raise ValueError(f"{name} must be > 0, got {value}")
+    if minimum is not None and not value >= minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and not value <= maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 
 def check_choice(value, name: str, allowed) -> str:
+    """``value`` if it is one of the strings ``allowed``."""
     if not isinstance(value, str) or value not in allowed:
         opts = ", ".join(repr(a) for a in allowed)
-        raise ValueError(f"{name} must be one of {opts}, got {value!r}")
+        raise ValueError(f"{name} must be one of {opts}, got {describe(value)}")
     return value
+
+
+# dtype kinds an array may have -> (kinds of dtype_kind, how the message says it)
+_KINDS = {
+    "real": (("integral", "real floating"), "a real (integer or floating) array"),
+    "floating": (("real floating",), "a real floating array"),
+    "integer": (("integral",), "an integer array"),
+    "bool or integer": (("bool", "integral"), "a bool or integer array"),
+    "bool": (("bool",), "a boolean array"),
+    "any": (("bool", "integral", "real floating", "complex floating", "other"), "an array"),
+}
+
+
+def check_array(xp, x, name: str, *, kind: str = "real", ndim: int | None = None,
+                min_ndim: int = 0, shape_hint: str = ""):
+    """``x`` if it is an array of ``xp`` with a dtype of ``kind`` and the wanted ndim.
+
+    ``kind``: "real", "floating", "integer", "bool or integer", "bool" or "any".
+    ``ndim`` (exact) or ``min_ndim``: wrong numbers of axes are ValueErrors; ``shape_hint``
+    (e.g. ``"(heads,)"``) says what the axes mean.
+    """
+    kinds, what = _KINDS[kind]
+    if not (hasattr(x, "dtype") and hasattr(x, "shape") and hasattr(x, "ndim")):
+        raise TypeError(f"{name} must be {what}, got {describe(x)}")
+    if dtype_kind(xp, x.dtype) not in kinds:
+        raise TypeError(f"{name} must be {what}, got dtype {x.dtype}")
+    hint = f" {shape_hint}" if shape_hint else ""
+    if ndim is not None and x.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} axes{hint}, got shape {tuple(x.shape)}")
+    if x.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} axes{hint}, got shape "
+                         f"{tuple(x.shape)}")
+    return x
 
 
 def check_real_array(xp, x, name: str, *, integer_ok: bool = True, float_ok: bool = True):
     """Reject boolean, complex and (when asked) integer or floating arrays, naming ``name``."""
-    dt = x.dtype
-    kind = dtype_kind(xp, dt)
-    if kind == "real floating":
-        if not float_ok:
-            raise TypeError(f"{name} must be an integer array, got dtype {dt}")
-    elif kind == "integral":
-        if not integer_ok:
-            raise TypeError(f"{name} must be a floating array, got dtype {dt}")
-    elif kind in ("bool", "complex floating"):
-        raise TypeError(f"{name} must be a real (integer or floating) array, got dtype {dt}")
-    else:
-        raise TypeError(f"{name} must be a numeric array, got dtype {dt}")
-    return x
+    kind = "real" if integer_ok and float_ok else "floating" if float_ok else "integer"
+    return check_array(xp, x, name, kind=kind)
 
 
 def check_dtype_arg(xp, dtype, name: str = "dtype", *, device=None):
-    """A requested output dtype: must be a real floating dtype of ``xp`` (None passes)."""
+    """A requested output dtype: a real floating dtype of ``xp`` (None passes).
+
+    A dtype of the namespace or its name (``"float32"``) is accepted; the dtype object is
+    returned.
+    """
     if dtype is None:
         return None
+    if isinstance(dtype, str):
+        dtype = getattr(xp, dtype, dtype)
     try:
         ok = xp.isdtype(dtype, "real floating")
     except Exception:
         ok = False
     if not ok:
-        raise TypeError(f"{name} must be a real floating dtype of {xp.__name__}, got {dtype!r}")
+        raise TypeError(f"{name} must be a real floating dtype of {xp.__name__} (or its name, "
+                        f"e.g. 'float32'), got {describe(dtype)}")
     return dtype
