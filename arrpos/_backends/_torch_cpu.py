@@ -39,7 +39,9 @@ def supports(op, arrays, **kwargs) -> bool:
         if a is not None and (not isinstance(a, torch.Tensor) or not _servable(a)):
             return False
     if op in ("sinusoid_table", "rope_cos_sin"):
-        return kwargs.get("axes") is None and kwargs["dtype"] in _CODES
+        # an odd sinusoid width (keras-hub) needs a scratch table: the generic path
+        return (kwargs.get("axes") is None and kwargs["dtype"] in _CODES
+                and kwargs.get("width", 0) % 2 == 0)
     if op == "apply_rope_cached":
         x, cos, sin, pos, out = arrays
         return (x.dtype in _CODES and cos.dtype in _CODES and sin.dtype == cos.dtype
