@@ -70,9 +70,6 @@ cdef extern from "rope_simd.h":
 cdef extern from "math.h" nogil:
     double floor(double)
 
-# Consecutive blocks advance the block rotation by one multiply; re-anchor exactly after this many
-# so rounding cannot accumulate past ~1e-14.
-cdef int MAX_STEPS = 64
 
 
 def have_openmp():
@@ -105,7 +102,6 @@ cdef struct RowState:      # per thread: the current block rotation and a scratc
     double *fs
     long long cur_q
     int have_q
-    int steps
 
 
 cdef inline void _rotation(RowState *st, const Rotations *t, double p, const double **rrc,
@@ -116,12 +112,9 @@ cdef inline void _rotation(RowState *st, const Rotations *t, double p, const dou
     cdef long long q = <long long>floor(fl / t.block)
     cdef Py_ssize_t r = <Py_ssize_t>(fl - <double>q * t.block)
     if not st.have_q or q != st.cur_q:
-        if st.have_q and q == st.cur_q + 1 and st.steps < MAX_STEPS:
-            arrpos_cmul_inplace(st.qc, st.qs, t.pc, t.ps, t.nf)  # pc[0] is rot(B w)
-            st.steps += 1
-        else:
-            arrpos_block_anchor(st.qc, st.qs, q, t.pc, t.ps, t.npow, t.nf)
-            st.steps = 0
+        # exactly from q's bits, never stepped from the previous block: a row then depends on
+        # its position alone, not on where a thread's (or a Dask chunk's) rows begin
+        arrpos_block_anchor(st.qc, st.qs, q, t.pc, t.ps, t.npow, t.nf)
         st.cur_q = q
         st.have_q = 1
     rrc[0] = t.rc + r * t.nf
@@ -140,7 +133,6 @@ cdef inline void _init_state(RowState *st, double *work, Py_ssize_t nf) noexcept
     st.fs = work + 3 * nf
     st.have_q = 0
     st.cur_q = 0
-    st.steps = 0
 
 
 cdef void _check_rotations(rc, rs, pc, ps, w_hi, w_lo) except *:
