@@ -28,6 +28,7 @@ ADAPTERS: dict[str, tuple[str, ...]] = {
     "numpy": ("_numpy",),
     "torch": ("_torch_cuda", "_torch_cpu"),
     "cupy": ("_cupy",),
+    "dask": ("_dask",),
 }
 
 # the choice must not change between two calls of one program
