@@ -35,20 +35,27 @@ _CHUNK_KINDS = ("numpy",)
 _FEATURE, _TABLE, _COORDS, _FREQ, _CACHE_ROW, _K_AXIS = 1000, 1001, 1002, 1003, 1004, 2000
 
 
-def _served(a) -> bool:
-    """A Dask array of known chunk sizes whose chunks are of a served library."""
+def _served(a, unknown_ok=False) -> bool:
+    """A Dask array whose chunks are of a served library, of known sizes unless ``unknown_ok``."""
     if not isinstance(a, da.Array):
         return False
-    if any(math.isnan(c) for cs in a.chunks for c in cs):
-        return False  # unknown chunk sizes (after boolean indexing): the generic path
+    if not unknown_ok and any(math.isnan(c) for cs in a.chunks for c in cs):
+        return False  # unknown sizes (after boolean indexing) cannot be aligned or rechunked
     return backend_name(array_namespace(a._meta)) in _CHUNK_KINDS
 
 
 def supports(op, arrays, **kwargs) -> bool:
-    """Whether every array argument is a served Dask array (None for an absent ``out``)."""
+    """Whether every array argument is a served Dask array (None for an absent ``out``).
+
+    Positions of unknown chunk sizes are served where nothing is aligned to them: tables
+    without ``axes`` are computed chunk by chunk, whatever the sizes turn out to be.
+    """
     if op not in _OPS or not arrays or arrays[0] is None:
         return False
-    for a in arrays:
+    unknown_ok = op == "sinusoid_table" or (op == "rope_cos_sin" and kwargs.get("axes") is None)
+    if not _served(arrays[0], unknown_ok):
+        return False
+    for a in arrays[1:]:
         if isinstance(a, tuple):  # an ``out`` pair
             if not all(b is None or _served(b) for b in a):
                 return False
