@@ -19,7 +19,7 @@ import dask.array as da
 from dask.array.utils import meta_from_array
 
 from .. import _dispatch
-from . import Unsupported
+from . import Unsupported, one_thread_per_call
 from .._lib import array_namespace, backend_name
 
 __all__ = ["alibi_bias", "apply_rope", "apply_rope_cached", "apply_rope_qk", "rope_cos_sin",
@@ -77,9 +77,11 @@ def _only(block):
 
 
 def _chunk_call(op, args, arrays, opts):
-    """``op`` on one chunk's arrays, dispatched in their own namespace (kernel or generic)."""
+    """``op`` on one chunk's arrays, dispatched in their own namespace (kernel or generic).
+    Dask runs one task per core, so the kernel of each runs on one thread."""
     xp = array_namespace(*(a for a in arrays if a is not None))
-    return _dispatch.call(op, xp, *args, arrays=arrays, **opts)
+    with one_thread_per_call():
+        return _dispatch.call(op, xp, *args, arrays=arrays, **opts)
 
 
 def _sinusoid_block(positions, hi, lo, opts):

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from . import Unsupported, _cpu, _xp
+from . import Unsupported, _cpu, _xp, one_thread_wanted
 
 __all__ = ["apply_rope", "have_openmp", "max_threads", "rope_cos_sin", "sinusoid_table", "supports",
            "thread_count"]
@@ -37,7 +37,9 @@ def have_openmp() -> bool:
 
 
 def thread_count(work: int) -> int:
-    return 1 if work < _PARALLEL_MIN else max(1, _cpu.max_threads())
+    if work < _PARALLEL_MIN or one_thread_wanted():
+        return 1
+    return max(1, _cpu.max_threads())
 
 
 def _np_xp():
