@@ -363,3 +363,57 @@ def test_local_cluster_with_worker_processes(tmp_path):
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the LocalCluster run did not finish in 240 s: {exc.stderr}")
     assert done.returncode == 0 and "cluster ok" in done.stdout, done.stderr[-3000:]
+
+
+def test_docs_distributed_code_blocks_run(tmp_path):
+    """docs/distributed.md's code blocks, in order, as one script (its cluster block starts
+    worker processes, hence a subprocess with a timeout)."""
+    import re
+
+    pytest.importorskip("distributed")
+    text = open(os.path.join(ROOT, "docs", "distributed.md")).read()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 3
+    script = tmp_path / "docs_distributed.py"
+    script.write_text("\n".join(blocks) + "\nprint('docs ok')\n")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=240, env=env, cwd=str(tmp_path))
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"docs/distributed.md did not finish in 240 s: {exc.stderr}")
+    assert done.returncode == 0 and "docs ok" in done.stdout, done.stderr[-3000:]
+
+
+def test_kernels_in_a_dask_task_run_on_one_thread(monkeypatch):
+    from arrpos._backends import one_thread_per_call, one_thread_wanted
+
+    assert not one_thread_wanted()
+    with one_thread_per_call():
+        assert one_thread_wanted()
+        mod = _dispatch.adapter("_numpy")
+        if mod is not None:
+            assert mod.thread_count(1 << 24) == 1
+    assert not one_thread_wanted()
+    seen = []
+    real = _dispatch.call
+
+    def recording(op, xp, *args, **kwargs):
+        seen.append((type(args[0]).__module__.split(".")[0], one_thread_wanted()))
+        return real(op, xp, *args, **kwargs)
+
+    monkeypatch.setattr(_dispatch, "call", recording)
+    arrpos.sinusoidal(da.arange(4, chunks=2), 8).compute(scheduler="threads")
+    # the public call on the Dask array, then one call per chunk on one thread each
+    assert seen == [("dask", False), ("numpy", True), ("numpy", True)], seen
+
+
+def test_sinusoid_family_on_dask():
+    coords = arrpos.grid_coords((6, 5))
+    ref = arrpos.sinusoidal_nd(coords, 16)
+    got = arrpos.sinusoidal_nd(da.from_array(coords, chunks=(2, 5, 2)), 16)
+    np.testing.assert_array_equal(got.compute(), ref)
+    t = np.array([0.0, 3.5, 999.0])
+    np.testing.assert_array_equal(
+        arrpos.timestep_embedding(da.from_array(t, chunks=2), 32).compute(),
+        arrpos.timestep_embedding(t, 32))
