@@ -61,7 +61,26 @@ def supports(op, arrays, **kwargs) -> bool:
                 return False
         elif a is not None and not _served(a):
             return False
+    return _fits(op, arrays)
+
+
+def _fits(op, arrays) -> bool:
+    """Tables (and position ids) broadcast into the rows of ``x``, never widen them: the
+    output keeps ``x``'s shape and chunks."""
+    if op == "apply_rope_cached":
+        x, ids = arrays[0], arrays[3]
+        return _broadcasts_into(ids.shape, x.shape[:-1])
+    if op in ("apply_rope", "apply_rope_qk"):
+        rows = [a.shape[:-1] for a in arrays[:1 + (op == "apply_rope_qk")]]
+        tables = arrays[1 + (op == "apply_rope_qk"):][:2]
+        return all(_broadcasts_into(t.shape[:-1], r) for t in tables for r in rows)
     return True
+
+
+def _broadcasts_into(small, big) -> bool:
+    if len(small) > len(big):
+        return False
+    return all(s in (1, b) for s, b in zip(small, big[len(big) - len(small):]))
 
 
 # --- task functions (module level: they pickle by reference) ----------------------------------
