@@ -223,7 +223,8 @@ def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0,
     so a float32 table is within 2e-7 of the exact one for the given ``inv_freq`` up to
     position 2**24, on every backend (JAX without x64 included).
     Backend support: NumPy float32/float64 output takes the compiled kernel when it is built;
-    every other namespace the generic Array API code.
+    Dask arrays with NumPy chunks one task per chunk, each taking that path; every other
+    namespace the generic Array API code.
 
     Examples
     --------
@@ -426,7 +427,9 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
     float32) and rounds once to ``x.dtype``. Without ``out`` nothing is written in place, so
     gradients flow on torch and JAX.
     Backend support: NumPy float32/float64 ``x`` takes the compiled kernel when it is built;
-    every other namespace (and any input that kernel declines) the generic Array API code.
+    Dask arrays with NumPy chunks one task per chunk of rows, each taking that path (``out``
+    then names the lazy result: Dask arrays are not written in place); every other namespace
+    (and any input that kernel declines) the generic Array API code.
 
     Examples
     --------
