@@ -232,6 +232,36 @@ def test_out_rebinds_the_dask_array_lazily():
     np.testing.assert_array_equal(dx.compute(), ref)
 
 
+def test_table_ops_fill_an_out_pair_too():
+    """The adapter's table twins honour ``out`` like ``_xp``'s (the public table functions pass
+    none today): the given Dask arrays come to hold the tables."""
+    from arrpos._backends import _dask
+    import array_api_compat.dask.array as dxp
+
+    hi, lo = np.array([1.0, 0.01]), np.zeros(2)
+    pos = da.arange(10, chunks=4)
+    target = da.zeros((10, 4), chunks=(5, 4))
+    got = _dask.sinusoid_table(pos, hi, lo, layout="split", dtype=np.float64, width=4, xp=dxp,
+                               out=target)
+    assert got is target
+    np.testing.assert_array_equal(target.compute(), _xp_table(hi, lo))
+    cos_t, sin_t = da.zeros((10, 4)), da.zeros((10, 4))
+    pair = _dask.rope_cos_sin(pos, da.from_array(hi), layout="half", attention_factor=1.0,
+                              axes=None, dtype=np.float64, xp=dxp, out=(cos_t, sin_t))
+    assert pair[0] is cos_t and pair[1] is sin_t
+    rc, rs = arrpos.rope_cos_sin(np.arange(10), hi)
+    np.testing.assert_array_equal(cos_t.compute(), rc)
+    np.testing.assert_array_equal(sin_t.compute(), rs)
+
+
+def _xp_table(hi, lo):
+    """The NumPy path's table for these frequencies (kernel when built, else generic)."""
+    import array_api_compat.numpy as npx
+
+    return _dispatch.call("sinusoid_table", npx, np.arange(10), hi, lo, arrays=(np.arange(10),),
+                          layout="split", dtype=np.float64, width=4)
+
+
 # --- laziness, graph size, pickling -----------------------------------------------------------
 
 
