@@ -125,7 +125,7 @@ def _cached_block(x, cos_cache, sin_cache, position_ids, opts):
 
 def _qk_block(q, k, cos, sin, opts):
     k, cos, sin = _only(k), _only(cos), _only(sin)
-    return _chunk_call("apply_rope_qk", (q, k, cos, sin), (q, k, cos, sin, None), opts)
+    return _chunk_call("apply_rope_qk", (q, k, cos, sin), (q, k, cos, sin, None, None), opts)
 
 
 def _alibi_block(slopes, query_rows, key_len, opts):
