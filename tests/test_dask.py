@@ -277,8 +277,15 @@ def test_building_graphs_computes_nothing():
         y = arrpos.apply_rope(x, c[:, None, :], s[:, None, :])
         y2 = arrpos.RoPE(32).apply(x, pos, heads_axis=-2)
         b = arrpos.alibi_bias(slopes, 64, 64)
+        lazy = [t, c, y, y2, b]
+        if hasattr(arrpos, "apply_rope_cached"):  # the value checks of the ids skip lazy ids
+            ids = _exploding(np.arange(4096).reshape(1, 4096, 1), (1, 512, 1))
+            cache = da.from_array(np.ones((4096, 16), np.float32))
+            lazy.append(arrpos.apply_rope_cached(x, cache, cache, ids))
+        if hasattr(arrpos, "apply_rope_qk"):
+            lazy += list(arrpos.apply_rope_qk(x, x, c[:, None, :], s[:, None, :]))
     assert counted.count == 0
-    for a in (t, c, y, y2, b):
+    for a in lazy:
         with pytest.raises(AssertionError, match="graph was only being built"):
             a.compute(scheduler="sync")
     with TaskCounter() as counted:  # the counter does count computations
