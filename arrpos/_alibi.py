@@ -159,7 +159,8 @@ def alibi_bias(slopes, query_len, key_len, /, *, mode="causal", query_offset=Non
     Notes
     -----
     Backend support: the generic Array API kernel (``arrpos._backends._xp.alibi_bias``) on every
-    namespace; the dispatcher may route CuPy inputs to a CUDA twin with the same signature.
+    namespace (Dask: one task per chunk of heads and query rows); the dispatcher may route CuPy
+    inputs to a CUDA twin with the same signature.
 
     Examples
     --------

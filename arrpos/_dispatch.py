@@ -7,8 +7,9 @@ names, same signatures) plus ``supports(op, arrays, **kwargs)``: whether it serv
 An adapter that discovers a "no" only while preparing a call raises ``Unsupported``; the
 dispatcher then tries the next one. Adapters never fall back by themselves.
 
-``ARRPOS_NO_EXTENSIONS=1`` (read once, at import) forces ``_xp`` everywhere. No device copy is
-ever hidden here: a GPU array is never routed through NumPy.
+``ARRPOS_NO_EXTENSIONS=1`` (read once, at import) forces ``_xp`` everywhere; graph adapters,
+which compile nothing (Dask: one task per chunk), stay, and their tasks then run ``_xp`` on each
+chunk. No device copy is ever hidden here: a GPU array is never routed through NumPy.
 
 Adding a backend: one adapter module in ``_backends/`` plus one row in ``ADAPTERS``.
 """
@@ -28,7 +29,11 @@ ADAPTERS: dict[str, tuple[str, ...]] = {
     "numpy": ("_numpy",),
     "torch": ("_torch_cuda", "_torch_cpu"),
     "cupy": ("_cupy",),
+    "dask": ("_dask",),
 }
+
+# adapters that only build task graphs dispatching per chunk: ARRPOS_NO_EXTENSIONS leaves them on
+_GRAPH_ADAPTERS = frozenset({"_dask"})
 
 # the choice must not change between two calls of one program
 _DISABLED = os.environ.get("ARRPOS_NO_EXTENSIONS", "") not in ("", "0")
@@ -43,7 +48,7 @@ def extensions_disabled() -> bool:
 
 def adapter(name: str):
     """The adapter module ``name`` (e.g. ``"_numpy"``) if it imports and is enabled, else None."""
-    return None if _DISABLED else _load(name)
+    return None if _DISABLED and name not in _GRAPH_ADAPTERS else _load(name)
 
 
 def _load(name: str):
@@ -61,7 +66,9 @@ def candidates(xp) -> tuple:
     """The adapter modules that may serve arrays of namespace ``xp``, in the order tried."""
     mods = _BY_KIND.get(id(xp))
     if mods is None:
-        names = () if _DISABLED else ADAPTERS.get(backend_name(xp), ())
+        names = ADAPTERS.get(backend_name(xp), ())
+        if _DISABLED:
+            names = tuple(n for n in names if n in _GRAPH_ADAPTERS)
         mods = _BY_KIND[id(xp)] = tuple(m for m in map(_load, names) if m is not None)
     return mods
 
@@ -99,7 +106,7 @@ def adapter_status() -> dict[str, dict[str, str]]:
     for kind, names in ADAPTERS.items():
         row = status[kind] = {}
         for name in names:
-            if _DISABLED:
+            if _DISABLED and name not in _GRAPH_ADAPTERS:
                 row[name] = "disabled by ARRPOS_NO_EXTENSIONS"
             elif name in _LOADED or name == "_numpy":
                 row[name] = "available" if _load(name) is not None else str(_LOADED[name])

@@ -365,7 +365,8 @@ def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0,
     RoPE-Mixed reduces each product ``positions[..., a] * inv_freq[a, i]`` exactly before
     adding them.
     Backend support: NumPy float32/float64 output takes the compiled kernel when it is built;
-    every other namespace the generic Array API code.
+    Dask arrays with NumPy chunks one task per chunk, each taking that path; every other
+    namespace the generic Array API code.
 
     Examples
     --------
@@ -632,9 +633,11 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
     gradients flow on torch and JAX.
     Backend support: NumPy (and torch CPU) float32/float64 ``x`` takes the compiled kernel when
     it is built; float32 ``x`` with float64 tables too, the tables rounded to float32 first
-    (results within a few float32 ulps of the promoted computation). Every other namespace,
-    and inputs the kernel declines (neg/conj views, unaligned or byte-swapped memory, strides
-    that are not whole elements), take the generic Array API code.
+    (results within a few float32 ulps of the promoted computation). Dask arrays with NumPy
+    chunks run one task per chunk of rows, each taking that path (``out`` then names the lazy
+    result: Dask arrays are not written in place). Every other namespace, and inputs the kernel
+    declines (neg/conj views, unaligned or byte-swapped memory, strides that are not whole
+    elements), take the generic Array API code.
 
     Examples
     --------

@@ -35,10 +35,16 @@ def test_numpy_float16_takes_compiled_kernel():
     assert _impl_name(b, "float16") == ("_xp" if NO_EXT else "_numpy")
 
 
-@pytest.mark.parametrize("name", ["array_api_strict", "jax", "dask"])
+@pytest.mark.parametrize("name", ["array_api_strict", "jax"])
 def test_other_namespaces_take_generic(name):
     b = get_backend(name)
     assert _impl_name(b, "float32") == "_xp"
+
+
+def test_dask_takes_its_graph_adapter():
+    """Dask arrays with NumPy chunks become per-chunk tasks (tests/test_dask.py), also under
+    ARRPOS_NO_EXTENSIONS, where each task then runs _xp."""
+    assert _impl_name(get_backend("dask"), "float32") == "_dask"
 
 
 def _select_rope(x, cos, sin):
@@ -172,7 +178,7 @@ def test_each_adapter_in_the_table_is_a_twin_of_xp(kind):
             for g, r in zip(got if isinstance(got, tuple) else (got,),
                             ref if isinstance(ref, tuple) else (ref,)):
                 np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=0, atol=2e-6)
-    if kind in ("numpy", "torch"):  # CPU rows: the compiled kernels serve all three ops here
+    if kind in ("numpy", "torch", "dask"):  # CPU rows: the kernels serve all three ops here
         assert served >= 3, [m.__name__ for m in mods]
 
 

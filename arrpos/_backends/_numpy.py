@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from . import _cpu, _xp
+from . import _cpu, _xp, one_thread_wanted
 
 __all__ = ["apply_rope", "apply_rope_cached", "apply_rope_qk", "have_openmp", "max_threads",
            "rope_cos_sin", "sinusoid_table", "supports", "thread_count"]
@@ -61,7 +61,7 @@ def have_openmp() -> bool:
 
 def thread_count(nbytes: int) -> int:
     """Threads for a call writing ``nbytes``: one below the size where a wake-up pays off."""
-    return 1 if nbytes < _PARALLEL_MIN_BYTES else _MAX_THREADS
+    return 1 if nbytes < _PARALLEL_MIN_BYTES or one_thread_wanted() else _MAX_THREADS
 
 
 def empty_bytes(nbytes: int):
@@ -292,7 +292,7 @@ def _rotate(x, cos, sin, out, tx, tc, interleaved, inverse, pos=None):
     if nbytes < _PARALLEL_MIN_BYTES:  # decode-sized: one thread, cached stores
         nthreads, stream = 1, False
     else:
-        nthreads, stream = _MAX_THREADS, nbytes >= _STREAM_MIN_BYTES
+        nthreads, stream = thread_count(nbytes), nbytes >= _STREAM_MIN_BYTES
     if pos is None:
         _cpu.apply_rope(x, cos, sin, out, tx, tc, interleaved, inverse, nthreads, stream)
     else:

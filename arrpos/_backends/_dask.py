@@ -1,0 +1,282 @@
+"""Dask adapter: the kernelised ops as ``blockwise`` graphs whose tasks dispatch per chunk.
+
+Same function names and signatures as ``_xp``. Each op builds one graph layer (plus explicit
+rechunks) with one task per output chunk; a task calls the same op through ``_dispatch.call`` on
+its chunks, in the chunks' own namespace, so the compiled kernels run chunk by chunk (and the
+generic code where a chunk's kernel declines). Nothing is computed while the graph is built.
+
+Chunking: positions and the leading (row) axes of ``x`` keep their chunks; tables that broadcast
+against ``x`` are rechunked to ``x``'s chunks along their non-broadcast axes; axes an op needs
+whole (the feature axis, frequencies, caches) are rechunked to one chunk, explicitly, first.
+Task functions live at module level, so graphs pickle for ``dask.distributed`` workers.
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import dask.array as da
+from dask.array.utils import meta_from_array
+
+from .. import _dispatch
+from . import Unsupported, one_thread_per_call
+from .._lib import array_namespace, backend_name
+
+__all__ = ["alibi_bias", "apply_rope", "apply_rope_cached", "apply_rope_qk", "rope_cos_sin",
+           "sinusoid_table", "supports"]
+
+_OPS = ("sinusoid_table", "rope_cos_sin", "apply_rope", "apply_rope_cached", "apply_rope_qk",
+        "alibi_bias")
+# chunk libraries served: the task's dispatch finds their kernels. CuPy chunks need only
+# "cupy" here once a GPU run has checked them.
+_CHUNK_KINDS = ("numpy",)
+# blockwise indices (ints, as dask sorts them): 0..ndim-1 are the axes of the reference array
+# (positions, x, q); these name the other axes, which are taken whole
+_FEATURE, _TABLE, _COORDS, _FREQ, _CACHE_ROW, _K_AXIS = 1000, 1001, 1002, 1003, 1004, 2000
+
+
+def _served(a, unknown_ok=False) -> bool:
+    """A Dask array whose chunks are of a served library, of known sizes unless ``unknown_ok``."""
+    if not isinstance(a, da.Array):
+        return False
+    if not unknown_ok and any(math.isnan(c) for cs in a.chunks for c in cs):
+        return False  # unknown sizes (after boolean indexing) cannot be aligned or rechunked
+    return backend_name(array_namespace(a._meta)) in _CHUNK_KINDS
+
+
+def supports(op, arrays, **kwargs) -> bool:
+    """Whether every array argument is a served Dask array (None for an absent ``out``).
+
+    Positions of unknown chunk sizes are served where nothing is aligned to them: tables
+    without ``axes`` are computed chunk by chunk, whatever the sizes turn out to be.
+    """
+    if op not in _OPS or not arrays or arrays[0] is None:
+        return False
+    unknown_ok = op == "sinusoid_table" or (op == "rope_cos_sin" and kwargs.get("axes") is None)
+    if not _served(arrays[0], unknown_ok):
+        return False
+    for a in arrays[1:]:
+        if isinstance(a, tuple):  # an ``out`` pair
+            if not all(b is None or _served(b) for b in a):
+                return False
+        elif a is not None and not _served(a):
+            return False
+    return _fits(op, arrays)
+
+
+def _fits(op, arrays) -> bool:
+    """Tables (and position ids) broadcast into the rows of ``x``, never widen them: the
+    output keeps ``x``'s shape and chunks."""
+    if op == "apply_rope_cached":
+        x, ids = arrays[0], arrays[3]
+        return _broadcasts_into(ids.shape, x.shape[:-1])
+    if op in ("apply_rope", "apply_rope_qk"):
+        rows = [a.shape[:-1] for a in arrays[:1 + (op == "apply_rope_qk")]]
+        tables = arrays[1 + (op == "apply_rope_qk"):][:2]
+        return all(_broadcasts_into(t.shape[:-1], r) for t in tables for r in rows)
+    return True
+
+
+def _broadcasts_into(small, big) -> bool:
+    if len(small) > len(big):
+        return False
+    return all(s in (1, b) for s, b in zip(small, big[len(big) - len(small):]))
+
+
+# --- task functions (module level: they pickle by reference) ----------------------------------
+
+
+def _only(block):
+    """The single block of an axis taken whole (blockwise hands contracted blocks in lists)."""
+    while isinstance(block, list):
+        if len(block) != 1:
+            raise AssertionError("an axis taken whole arrived in several chunks")
+        block = block[0]
+    return block
+
+
+def _chunk_call(op, args, arrays, opts):
+    """``op`` on one chunk's arrays, dispatched in their own namespace (kernel or generic).
+    Dask runs one task per core, so the kernel of each runs on one thread."""
+    xp = array_namespace(*(a for a in arrays if a is not None))
+    with one_thread_per_call():
+        return _dispatch.call(op, xp, *args, arrays=arrays, **opts)
+
+
+def _sinusoid_block(positions, hi, lo, opts):
+    return _chunk_call("sinusoid_table", (positions, hi, lo), (positions,), opts)
+
+
+def _rope_table_block(positions, inv_freq, opts):
+    positions, inv_freq = _only(positions), _only(inv_freq)
+    return _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts)
+
+
+def _apply_block(x, cos, sin, opts):
+    cos, sin = _only(cos), _only(sin)
+    return _chunk_call("apply_rope", (x, cos, sin), (x, cos, sin, None), opts)
+
+
+def _cached_block(x, cos_cache, sin_cache, position_ids, opts):
+    cos_cache, sin_cache = _only(cos_cache), _only(sin_cache)
+    args = (x, cos_cache, sin_cache, position_ids)
+    return _chunk_call("apply_rope_cached", args, args + (None,), opts)
+
+
+def _qk_block(q, k, cos, sin, opts):
+    k, cos, sin = _only(k), _only(cos), _only(sin)
+    return _chunk_call("apply_rope_qk", (q, k, cos, sin), (q, k, cos, sin, None, None), opts)
+
+
+def _alibi_block(slopes, query_rows, key_len, opts):
+    n = query_rows.shape[0]
+    first = int(query_rows[0]) if n else 0  # the chunk's first query row
+    return _chunk_call("alibi_bias", (slopes, n, key_len), (slopes,),
+                       dict(opts, query_offset=opts["query_offset"] + first))
+
+
+# --- graph helpers ------------------------------------------------------------------------------
+
+
+def _whole(a, axes):
+    """``a`` with each of ``axes`` in one chunk (a no-op where it already is)."""
+    want = {ax % a.ndim: -1 for ax in axes if a.numblocks[ax % a.ndim] > 1}
+    return a.rechunk(want) if want else a
+
+
+def _fit(t, x, skip_last=True):
+    """Table ``t``, broadcast from the right against ``x``'s leading axes, rechunked to ``x``'s
+    chunks on its full-size axes (size-1 axes broadcast) and, with ``skip_last``, its last axis
+    whole. Returns ``(t, blockwise index)``."""
+    lead = t.ndim - 1 if skip_last else t.ndim
+    first = x.ndim - 1 - lead  # x axis of t's axis 0
+    chunks = tuple(x.chunks[first + j] if t.shape[j] != 1 else (1,) for j in range(lead))
+    index = tuple(range(first, first + lead))
+    if skip_last:
+        chunks += ((t.shape[-1],),)
+        index += (_FEATURE,)
+    return (t.rechunk(chunks) if chunks != t.chunks else t), index
+
+
+def _meta(like, ndim, dtype):
+    return meta_from_array(like._meta, ndim=ndim, dtype=dtype)
+
+
+def _item(pair, i):
+    return pair[i]
+
+
+def _split_pair(pairs, metas, chunkss, name):
+    """Two arrays from a blockwise array whose blocks are pairs (one task computes both)."""
+    return tuple(
+        pairs.map_blocks(_item, i, chunks=chunks, dtype=meta.dtype, meta=meta,
+                         token=f"{name}-{i}")
+        for i, (meta, chunks) in enumerate(zip(metas, chunkss)))
+
+
+def _store(out, result):
+    """``out`` made to hold ``result`` (Dask's item assignment rebinds its graph), or ``result``."""
+    if out is None:
+        return result
+    out[...] = result
+    return out
+
+
+# --- ops ----------------------------------------------------------------------------------------
+
+
+def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
+    """Twin of ``_xp.sinusoid_table``: one task per chunk of ``positions``; rows whole."""
+    ind = tuple(range(positions.ndim))
+    table = da.blockwise(
+        _sinusoid_block, ind + (_FEATURE,), positions, ind, hi, None, lo, None,
+        dict(layout=layout, dtype=dtype, width=width), None,
+        new_axes={_FEATURE: width}, dtype=dtype,
+        meta=_meta(positions, positions.ndim + 1, dtype), token="arrpos-sinusoid_table")
+    return _store(out, table)
+
+
+def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
+    """Twin of ``_xp.rope_cos_sin``: one task per chunk of ``positions`` makes both tables;
+    ``inv_freq`` (and with ``axes`` the coordinate axis) whole."""
+    lead = positions.ndim - (axes is not None)
+    if axes is not None:
+        positions = _whole(positions, [-1])
+    ind = tuple(range(lead))
+    pos_ind = ind + ((_COORDS,) if axes is not None else ())
+    inv_freq = _whole(inv_freq, [0])
+    width = 2 * inv_freq.shape[0]
+    meta = _meta(positions, lead + 1, dtype)
+    pairs = da.blockwise(
+        _rope_table_block, ind + (_TABLE,), positions, pos_ind, inv_freq, (_FREQ,),
+        dict(layout=layout, attention_factor=attention_factor, axes=axes, dtype=dtype), None,
+        new_axes={_TABLE: width}, concatenate=False, meta=meta, token="arrpos-rope_cos_sin")
+    cos, sin = _split_pair(pairs, (meta, meta), (pairs.chunks, pairs.chunks), "arrpos-rope")
+    if out is not None:
+        return _store(out[0], cos), _store(out[1], sin)
+    return cos, sin
+
+
+def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope``: one task per chunk of ``x``'s rows; features whole."""
+    x = _whole(x, [-1])
+    cos, tind = _fit(cos, x)
+    sin, _ = _fit(sin, x)
+    ind = tuple(range(x.ndim))
+    res = da.blockwise(
+        _apply_block, ind, x, ind, cos, tind, sin, tind,
+        dict(layout=layout, inverse=inverse), None, concatenate=False, dtype=x.dtype,
+        meta=_meta(x, x.ndim, x.dtype), token="arrpos-apply_rope")
+    return _store(out, res)
+
+
+def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope_cached``: one task per chunk of ``x``'s rows; the caches (and
+    the features) whole; ``position_ids`` chunked like the rows it broadcasts against."""
+    x = _whole(x, [-1])
+    cos_cache, sin_cache = _whole(cos_cache, [0, 1]), _whole(sin_cache, [0, 1])
+    ids, iind = _fit(position_ids, x, skip_last=False)
+    ind = tuple(range(x.ndim))
+    cind = (_CACHE_ROW, _FEATURE)
+    res = da.blockwise(
+        _cached_block, ind, x, ind, cos_cache, cind, sin_cache, cind, ids, iind,
+        dict(layout=layout, inverse=inverse), None, concatenate=False, dtype=x.dtype,
+        meta=_meta(x, x.ndim, x.dtype), token="arrpos-apply_rope_cached")
+    return _store(out, res)
+
+
+def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope_qk``: one task per chunk of the rows ``q`` and ``k`` share
+    rotates both; axes where they differ (grouped-query heads) and the features whole."""
+    if q.ndim != k.ndim:
+        raise Unsupported("q and k of different ranks")
+    nd = q.ndim
+    differ = [j for j in range(nd) if q.shape[j] != k.shape[j]] + [nd - 1]
+    q, k = _whole(q, differ), _whole(k, differ)
+    k = k.rechunk(tuple(kc if j in differ else qc
+                        for j, (qc, kc) in enumerate(zip(q.chunks, k.chunks))))
+    ind = tuple(range(nd))
+    kind = tuple(_K_AXIS + j if j in differ else j for j in ind)
+    cos, tind = _fit(cos, q)
+    sin, _ = _fit(sin, q)
+    metas = (_meta(q, nd, q.dtype), _meta(k, nd, k.dtype))
+    pairs = da.blockwise(
+        _qk_block, ind, q, ind, k, kind, cos, tind, sin, tind,
+        dict(layout=layout, inverse=inverse), None, concatenate=False, meta=metas[0],
+        token="arrpos-apply_rope_qk")
+    qr, kr = _split_pair(pairs, metas, (q.chunks, k.chunks), "arrpos-rope_qk")
+    q_out, k_out = (None, None) if out is None else out
+    return _store(q_out, qr), _store(k_out, kr)
+
+
+def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
+    """Twin of ``_xp.alibi_bias``: tasks over chunks of heads x query rows; keys whole."""
+    chunks = da.core.normalize_chunks((slopes.chunks[0], "auto", -1),
+                                      (slopes.shape[0], query_len, key_len), dtype=dtype)
+    rows = da.arange(query_len, chunks=chunks[1])
+    return da.blockwise(
+        _alibi_block, (0, 1, 2), slopes, (0,), rows, (1,), key_len, None,
+        dict(mode=mode, query_offset=query_offset, dtype=dtype), None,
+        new_axes={2: key_len}, dtype=dtype, meta=_meta(slopes, 3, dtype),
+        token="arrpos-alibi_bias")
+

@@ -1,0 +1,122 @@
+"""Dask: the kernelised ops as per-chunk task graphs, against the NumPy kernel on the same data.
+
+Rows: the threaded scheduler (graph building and the final concatenation included: what
+``.compute()`` costs), and a ``LocalCluster`` of worker processes with 1 and 2 workers, where
+the result is either gathered to the client (pickled across processes) or persisted on the
+workers (the usual case when the next step also runs there).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import arrpos
+
+from ._timing import interleaved
+
+SIN = (65536, 8192, 512)  # positions, chunk, dim
+SHAPE, CHUNKS = (4, 2048, 32, 128), (1, 512, 32, 128)
+TABLE = (65536, 8192, 128)  # positions, chunk, rotary width
+
+
+def _cases(da, place=lambda a: a):
+    """name, size, NumPy call, Dask graph builder (called inside the timing). ``place`` puts
+    the Dask inputs where they live (``client.persist``: on the workers, as real data is)."""
+    rng = np.random.default_rng(0)
+    inv, _ = arrpos.rope_frequencies(SHAPE[-1])
+    n, chunk, dim = SIN
+    pos, dpos = np.arange(n), da.arange(n, chunks=chunk)
+    tn, tchunk, width = TABLE
+    inv_t, _ = arrpos.rope_frequencies(width)
+    tpos, dtpos = np.arange(tn), da.arange(tn, chunks=tchunk)
+    dinv_t = da.from_array(inv_t)
+    x = rng.standard_normal(SHAPE, dtype=np.float32)
+    dx = place(da.from_array(x, chunks=CHUNKS))
+    cos, sin = arrpos.rope_cos_sin(np.arange(SHAPE[1]), inv, dtype=np.float32)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    dcos = place(da.from_array(cos, chunks=(CHUNKS[1], 1, SHAPE[3])))
+    dsin = place(da.from_array(sin, chunks=(CHUNKS[1], 1, SHAPE[3])))
+    return [
+        ("sinusoidal", f"({n}, {dim}) f64, chunks {chunk}",
+         lambda: arrpos.sinusoidal(pos, dim), lambda: arrpos.sinusoidal(dpos, dim)),
+        ("rope_cos_sin", f"({tn}, {width}) x2 f32, chunks {tchunk}",
+         lambda: arrpos.rope_cos_sin(tpos, inv_t, dtype=np.float32),
+         lambda: arrpos.rope_cos_sin(dtpos, dinv_t, dtype=np.float32)),
+        ("apply_rope", f"{SHAPE} f32, chunks {CHUNKS}",
+         lambda: arrpos.apply_rope(x, cos, sin), lambda: arrpos.apply_rope(dx, dcos, dsin)),
+    ]
+
+
+def _threaded_rows(dask, cases, rounds):
+    """compute() on the threaded scheduler; the note splits it into the per-chunk tasks alone
+    (persist: chunks computed, not joined) and Dask's final join alone (concatenating the
+    computed chunks into one NumPy array, a copy the NumPy kernel does not make)."""
+    from dask.array.core import concatenate3
+
+    rows = []
+    for name, size, numpy_call, build in cases:
+        blocks = [dask.compute(a.to_delayed().tolist(), scheduler="threads")[0]
+                  for a in _arrays(build())]
+        t = interleaved({
+            "numpy": numpy_call,
+            "dask": lambda build=build: dask.compute(build(), scheduler="threads"),
+            "chunks": lambda build=build: dask.persist(build(), scheduler="threads"),
+            "join": lambda: [concatenate3(b) for b in blocks],
+        }, rounds=rounds)
+        rows.append((f"{name}, Dask threaded", size, t["dask"] * 1e3,
+                     f"{t['dask'] / t['numpy']:.2f} x NumPy kernel",
+                     f"tasks alone {t['chunks'] / t['numpy']:.2f} x, final join alone "
+                     f"{t['join'] / t['numpy']:.2f} x; NumPy kernel {t['numpy'] * 1e3:.1f} ms"))
+    return rows
+
+
+def _arrays(result):
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _cluster_rows(da, workers, rounds):
+    from dask.distributed import Client, LocalCluster, wait
+
+    rows = []
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        for name, size, numpy_call, build in _cases(da, place=client.persist):
+            def gathered(build=build):
+                client.compute(build(), sync=True)
+
+            def persisted(build=build):
+                wait(client.persist(build()))
+
+            t = interleaved({"numpy": numpy_call, "gathered": gathered, "persisted": persisted},
+                            rounds=rounds, warmup=1)
+            rows.append((f"{name}, LocalCluster {workers} worker{'s' * (workers > 1)}", size,
+                         t["persisted"] * 1e3,
+                         f"{t['persisted'] / t['numpy']:.2f} x NumPy kernel (persisted)",
+                         f"gathered to the client: {t['gathered'] / t['numpy']:.2f} x"))
+    return rows
+
+
+def run(quick=False, rounds=None):
+    try:
+        import dask
+        import dask.array as da
+    except ImportError:
+        return [], "dask: not installed, nothing to compare"
+    r = rounds or (3 if quick else 7)
+    rows = _threaded_rows(dask, _cases(da), r)
+    note = None
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        note = "dask: distributed not installed, no LocalCluster rows"
+    else:
+        for workers in ((2,) if quick else (1, 2)):
+            rows += _cluster_rows(da, workers, max(3, r - 4))
+    return rows, note
+
+
+if __name__ == "__main__":
+    from ._timing import format_table
+
+    got, note = run()
+    print(format_table([(a, b, f"{ms:.1f}", c, d) for a, b, ms, c, d in got],
+                       ["kernel", "size", "ms", "vs NumPy", "note"]))

@@ -1,0 +1,456 @@
+"""Dask arrays: graphs whose tasks run the per-chunk dispatch (compiled kernels chunk by chunk).
+
+References are the NumPy results on the same data: with the kernels built, the NumPy kernel's;
+with ``ARRPOS_NO_EXTENSIONS=1``, the NumPy generic path's. Equality is bit for bit.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import arrpos
+from arrpos import _dispatch
+from arrpos._backends import _xp
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+from dask.callbacks import Callback  # noqa: E402
+
+NO_EXT = _dispatch.extensions_disabled()
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RNG = np.random.default_rng(7)
+
+
+class TaskCounter(Callback):
+    """Counts the tasks the local schedulers run while it is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def _pretask(self, key, dsk, state):
+        self.count += 1
+
+
+def _exploding(a, chunks):
+    """A Dask array of ``a``'s shape whose every chunk raises when computed."""
+    return da.from_array(a, chunks=chunks).map_blocks(_explode, dtype=a.dtype)
+
+
+def _explode(block):
+    raise AssertionError("a chunk was computed while the graph was only being built")
+
+
+def _compute(*arrays):
+    return dask.compute(*arrays, scheduler="threads")
+
+
+# --- the table kernels: a row depends on its position alone -----------------------------------
+
+
+def test_table_rows_do_not_depend_on_where_the_rows_begin():
+    """Chunked tables can equal whole ones only if a row is a function of its position: the
+    rows of a slice equal the same rows of the whole table, at odd offsets and any threads."""
+    inv, _ = arrpos.rope_frequencies(64)
+    whole = arrpos.sinusoidal(np.arange(70000), 64)
+    cos, sin = arrpos.rope_cos_sin(np.arange(70000), inv, dtype=np.float32)
+    for a, b in [(1, 5000), (4097, 9000), (33333, 70000), (65, 66)]:
+        np.testing.assert_array_equal(arrpos.sinusoidal(np.arange(a, b), 64), whole[a:b])
+        c, s = arrpos.rope_cos_sin(np.arange(a, b), inv, dtype=np.float32)
+        np.testing.assert_array_equal(c, cos[a:b])
+        np.testing.assert_array_equal(s, sin[a:b])
+
+
+# --- dispatch --------------------------------------------------------------------------------
+
+
+def _chosen(op, arrays, **kwargs):
+    xp = arrpos._lib.array_namespace(*[a for a in arrays if a is not None])
+    return _dispatch.choose(op, xp, arrays, **kwargs).__name__.rsplit(".", 1)[-1]
+
+
+def test_numpy_chunked_dask_takes_the_dask_adapter():
+    pos = da.arange(10, chunks=4)
+    x = da.ones((2, 10, 3, 8), chunks=(1, 5, 3, 8))
+    c = da.ones((10, 1, 8), chunks=(5, 1, 8))
+    # also under ARRPOS_NO_EXTENSIONS: the adapter compiles nothing, its tasks then run _xp
+    assert _chosen("sinusoid_table", (pos,), dtype=np.float64) == "_dask"
+    assert _chosen("apply_rope", (x, c, c, None), layout="half") == "_dask"
+    assert _chosen("apply_rope", (x, c, c, x), layout="half") == "_dask"
+
+
+def test_unknown_chunk_sizes():
+    """Positions of unknown chunk sizes (after boolean indexing) still make tables chunk by
+    chunk; arrays that must be aligned to others need known sizes (the generic path)."""
+    pos = da.arange(10, chunks=4)
+    pos = pos[pos > 3]
+    assert _chosen("sinusoid_table", (pos,), dtype=np.float64) == "_dask"
+    assert _chosen("rope_cos_sin", (pos, da.ones(2)), dtype=np.float64, axes=None) == "_dask"
+    x = da.ones((2, 10, 8), chunks=(1, 4, 8))
+    x = x[:, x[0, :, 0] > 0]
+    assert _chosen("apply_rope", (x, da.ones((8,)), da.ones((8,)), None)) == "_xp"
+    np.testing.assert_array_equal(arrpos.sinusoidal(pos, 8).compute(),
+                                  arrpos.sinusoidal(np.arange(4, 10), 8))
+    inv = np.array([1.0, 0.25])
+    for g, r in zip(arrpos.rope_cos_sin(pos, da.from_array(inv)),
+                    arrpos.rope_cos_sin(np.arange(4, 10), inv)):
+        np.testing.assert_array_equal(g.compute(), r)
+
+
+def test_dask_with_numpy_mixed_in_is_not_served():
+    from arrpos._backends import _dask
+
+    assert not _dask.supports("apply_rope", (da.ones((4, 8)), np.ones((4, 8)),
+                                             np.ones((4, 8)), None))
+    assert not _dask.supports("rope_cos_sin", (np.arange(3), None))
+    assert not _dask.supports("frequency_arrays", (da.ones(3),))
+
+
+# --- values: bit for bit against NumPy on the same data ---------------------------------------
+
+
+@pytest.mark.parametrize("chunks", [8192, 1000, 65536])
+@pytest.mark.parametrize("layout", ["interleaved", "split"])
+def test_sinusoidal_equals_numpy_bit_for_bit(chunks, layout):
+    n = 65536 if chunks != 1000 else 5000
+    got = arrpos.sinusoidal(da.arange(n, chunks=chunks), 64, layout=layout)
+    assert got.chunks[-1] == (64,)
+    ref = arrpos.sinusoidal(np.arange(n), 64, layout=layout)
+    np.testing.assert_array_equal(_compute(got)[0], ref)
+
+
+def test_sinusoidal_nd_positions_and_float32():
+    pos = RNG.integers(0, 100000, size=(6, 50))
+    got = arrpos.sinusoidal(da.from_array(pos, chunks=(4, 17)), 32, dtype=np.float32)
+    np.testing.assert_array_equal(got.compute(), arrpos.sinusoidal(pos, 32, dtype=np.float32))
+    pos0 = np.asarray(12345)
+    np.testing.assert_array_equal(arrpos.sinusoidal(da.from_array(pos0), 8).compute(),
+                                  arrpos.sinusoidal(pos0, 8))
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rope_cos_sin_equals_numpy_bit_for_bit(layout, dtype):
+    scaling = arrpos.YarnScaling(factor=4.0, original_max_positions=4096)
+    inv, att = arrpos.rope_frequencies(128, scaling=scaling)
+    pos = np.arange(20000).reshape(4, 5000)
+    dpos = da.from_array(pos, chunks=(1, 1300))
+    dinv = da.from_array(inv, chunks=16)  # frequencies chunked: taken whole per task
+    got = arrpos.rope_cos_sin(dpos, dinv, layout=layout, attention_factor=att, dtype=dtype)
+    ref = arrpos.rope_cos_sin(pos, inv, layout=layout, attention_factor=att, dtype=dtype)
+    for g, r in zip(_compute(*got), ref):
+        np.testing.assert_array_equal(g, r)
+    assert got[0].chunks == ((1,) * 4, (1300, 1300, 1300, 1100), (128,))
+
+
+def test_rope_cos_sin_multimodal_axes():
+    inv, _ = arrpos.rope_frequencies(16)
+    axes = arrpos.mrope_axes([4, 2, 2])
+    pos = RNG.integers(0, 500, size=(3, 40, 3))
+    got = arrpos.rope_cos_sin(da.from_array(pos, chunks=(2, 9, 1)), da.from_array(inv),
+                              axes=axes)
+    for g, r in zip(_compute(*got), arrpos.rope_cos_sin(pos, inv, axes=axes)):
+        np.testing.assert_array_equal(g, r)
+
+
+def _rope_case(shape, chunks, table_shape, table_chunks, r, dtype, layout="half"):
+    inv, _ = arrpos.rope_frequencies(r)
+    x = RNG.standard_normal(shape).astype(dtype)
+    seq = int(np.prod(table_shape[:-1]))  # the one table axis longer than 1
+    cos, sin = arrpos.rope_cos_sin(np.arange(seq), inv, layout=layout, dtype=dtype)
+    cos, sin = cos.reshape(table_shape), sin.reshape(table_shape)
+    dx = da.from_array(x, chunks=chunks)
+    dc = da.from_array(cos, chunks=table_chunks)
+    ds = da.from_array(sin, chunks=table_chunks)
+    return x, cos, sin, dx, dc, ds
+
+
+@pytest.mark.parametrize("case", [
+    # (x shape, x chunks, table shape, table chunks, rotary width, dtype)
+    ((4, 256, 8, 64), (1, 64, 8, 64), (256, 1, 64), (64, 1, 64), 64, np.float32),
+    ((2, 300, 3, 32), (1, 77, 2, 16), (300, 1, 32), (100, 1, 8), 32, np.float64),  # features
+    ((2, 300, 3, 40), (2, 50, 3, 40), (1, 300, 1, 16), (1, 300, 1, 16), 16, np.float32),
+    ((2, 3, 300, 32), (1, 3, 128, 32), (300, 32), (300, 32), 32, np.float32),  # (b, h, s, d)
+])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("inverse", [False, True])
+def test_apply_rope_equals_numpy_bit_for_bit(case, layout, inverse):
+    shape, chunks, tshape, tchunks, r, dtype = case
+    x, cos, sin, dx, dc, ds = _rope_case(shape, chunks, tshape, tchunks, r, dtype, layout)
+    got = arrpos.apply_rope(dx, dc, ds, layout=layout, inverse=inverse)
+    ref = arrpos.apply_rope(x, cos, sin, layout=layout, inverse=inverse)
+    np.testing.assert_array_equal(_compute(got)[0], ref)
+    # rows keep x's chunks; features are whole
+    assert got.chunks[:-1] == dx.chunks[:-1] and got.chunks[-1] == (shape[-1],)
+
+
+def test_apply_rope_tables_straight_from_rope_cos_sin():
+    """The usual pipeline, all lazy: positions -> tables -> rotation, chunks aligned."""
+    x = RNG.standard_normal((2, 1024, 4, 64)).astype(np.float32)
+    inv, _ = arrpos.rope_frequencies(64)
+    c, s = arrpos.rope_cos_sin(da.arange(1024, chunks=256), da.from_array(inv),
+                               dtype=np.float32)
+    got = arrpos.apply_rope(da.from_array(x, chunks=(1, 512, 4, 64)), c[:, None, :],
+                            s[:, None, :])
+    rc, rs = arrpos.rope_cos_sin(np.arange(1024), inv, dtype=np.float32)
+    np.testing.assert_array_equal(got.compute(),
+                                  arrpos.apply_rope(x, rc[:, None, :], rs[:, None, :]))
+
+
+def test_alibi_bias_chunked_over_heads_and_queries():
+    slopes = arrpos.alibi_slopes(12)
+    for mode in ("causal", "symmetric", "key"):
+        got = arrpos.alibi_bias(da.from_array(slopes, chunks=5), 300, 301, mode=mode)
+        np.testing.assert_array_equal(got.compute(),
+                                      arrpos.alibi_bias(slopes, 300, 301, mode=mode))
+    empty = arrpos.alibi_bias(da.from_array(slopes, chunks=5), 0, 4)
+    assert empty.compute().shape == (12, 0, 4)
+
+
+# --- out= ------------------------------------------------------------------------------------
+
+
+def test_out_rebinds_the_dask_array_lazily():
+    """Dask arrays cannot be written in place; ``out=`` makes ``out`` hold the result (Dask's
+    item assignment replaces its graph), still lazily."""
+    x, cos, sin, dx, dc, ds = _rope_case((2, 64, 2, 16), (1, 16, 2, 16), (64, 1, 16),
+                                         (64, 1, 16), 16, np.float32)
+    ref = arrpos.apply_rope(x, cos, sin)
+    target = da.zeros_like(dx)
+    with TaskCounter() as counted:
+        got = arrpos.apply_rope(dx, dc, ds, out=target)
+        same = arrpos.apply_rope(dx, dc, ds, out=dx)  # "in place": dx now holds the rotation
+    assert counted.count == 0
+    assert got is target and same is dx
+    np.testing.assert_array_equal(target.compute(), ref)
+    np.testing.assert_array_equal(dx.compute(), ref)
+
+
+def test_table_ops_fill_an_out_pair_too():
+    """The adapter's table twins honour ``out`` like ``_xp``'s (the public table functions pass
+    none today): the given Dask arrays come to hold the tables."""
+    from arrpos._backends import _dask
+    import array_api_compat.dask.array as dxp
+
+    hi, lo = np.array([1.0, 0.01]), np.zeros(2)
+    pos = da.arange(10, chunks=4)
+    target = da.zeros((10, 4), chunks=(5, 4))
+    got = _dask.sinusoid_table(pos, hi, lo, layout="split", dtype=np.float64, width=4, xp=dxp,
+                               out=target)
+    assert got is target
+    np.testing.assert_array_equal(target.compute(), _xp_table(hi, lo))
+    cos_t, sin_t = da.zeros((10, 4)), da.zeros((10, 4))
+    pair = _dask.rope_cos_sin(pos, da.from_array(hi), layout="half", attention_factor=1.0,
+                              axes=None, dtype=np.float64, xp=dxp, out=(cos_t, sin_t))
+    assert pair[0] is cos_t and pair[1] is sin_t
+    rc, rs = arrpos.rope_cos_sin(np.arange(10), hi)
+    np.testing.assert_array_equal(cos_t.compute(), rc)
+    np.testing.assert_array_equal(sin_t.compute(), rs)
+
+
+def _xp_table(hi, lo):
+    """The NumPy path's table for these frequencies (kernel when built, else generic)."""
+    import array_api_compat.numpy as npx
+
+    return _dispatch.call("sinusoid_table", npx, np.arange(10), hi, lo, arrays=(np.arange(10),),
+                          layout="split", dtype=np.float64, width=4)
+
+
+# --- laziness, graph size, pickling -----------------------------------------------------------
+
+
+def test_building_graphs_computes_nothing():
+    """Chunks that raise when computed, and a task counter: building every graph is free."""
+    inv, _ = arrpos.rope_frequencies(32)
+    pos = _exploding(np.arange(4096), 512)
+    x = _exploding(np.ones((2, 4096, 2, 32), np.float32), (1, 512, 2, 32))
+    slopes = _exploding(arrpos.alibi_slopes(8), 4)
+    with TaskCounter() as counted:
+        t = arrpos.sinusoidal(pos, 32)
+        c, s = arrpos.rope_cos_sin(pos, da.from_array(inv), dtype=np.float32)
+        y = arrpos.apply_rope(x, c[:, None, :], s[:, None, :])
+        y2 = arrpos.RoPE(32).apply(x, pos, heads_axis=-2)
+        b = arrpos.alibi_bias(slopes, 64, 64)
+        lazy = [t, c, y, y2, b]
+        if hasattr(arrpos, "apply_rope_cached"):  # the value checks of the ids skip lazy ids
+            ids = _exploding(np.arange(4096).reshape(1, 4096, 1), (1, 512, 1))
+            cache = da.from_array(np.ones((4096, 16), np.float32))
+            lazy.append(arrpos.apply_rope_cached(x, cache, cache, ids))
+        if hasattr(arrpos, "apply_rope_qk"):
+            lazy += list(arrpos.apply_rope_qk(x, x, c[:, None, :], s[:, None, :]))
+    assert counted.count == 0
+    for a in lazy:
+        with pytest.raises(AssertionError, match="graph was only being built"):
+            a.compute(scheduler="sync")
+    with TaskCounter() as counted:  # the counter does count computations
+        arrpos.sinusoidal(da.arange(8, chunks=4), 4).compute(scheduler="sync")
+    assert counted.count > 0
+
+
+def test_graph_size_is_linear_in_chunks():
+    def tasks(n_chunks):
+        pos = da.arange(512 * n_chunks, chunks=512)
+        x = da.ones((1, 512 * n_chunks, 4, 64), chunks=(1, 512, 4, 64), dtype=np.float32)
+        c, s = arrpos.rope_cos_sin(pos, da.ones(32), dtype=np.float32)
+        graphs = [arrpos.sinusoidal(pos, 64), c, arrpos.apply_rope(x, c[:, None], s[:, None])]
+        return [len(g.__dask_graph__()) for g in graphs]
+
+    small, large = tasks(8), tasks(16)
+    for a, b in zip(small, large):
+        assert b <= 2 * a + 4 and b < 12 * 16  # a few tasks per chunk, no per-element tasks
+
+
+def test_graph_pickles_and_runs_unpickled():
+    """Workers receive tasks pickled: every task function is a module-level function."""
+    from dask.local import get_sync
+
+    x, cos, sin, dx, dc, ds = _rope_case((2, 64, 2, 16), (1, 32, 2, 16), (64, 1, 16),
+                                         (32, 1, 16), 16, np.float64)
+    y = arrpos.apply_rope(dx, dc, ds)
+    t = arrpos.sinusoidal(da.arange(100, chunks=30), 8)
+    c, _ = arrpos.rope_cos_sin(da.arange(100, chunks=30), da.ones(4))
+    for arr, ref in [(y, arrpos.apply_rope(x, cos, sin)),
+                     (t, arrpos.sinusoidal(np.arange(100), 8)),
+                     (c, arrpos.rope_cos_sin(np.arange(100), np.ones(4))[0])]:
+        graph = pickle.loads(pickle.dumps(dict(arr.__dask_graph__())))
+        blocks = get_sync(graph, arr.__dask_keys__())
+        np.testing.assert_array_equal(da.core.concatenate3(blocks), ref)
+
+
+# --- apply_rope_cached / apply_rope_qk (their generic twins may land from another branch) ------
+
+
+def _need(op):
+    if not hasattr(_xp, op):
+        pytest.skip(f"_xp.{op} is not on this branch")
+
+
+def test_apply_rope_cached_equals_numpy():
+    _need("apply_rope_cached")
+    inv, _ = arrpos.rope_frequencies(32)
+    cc, sc = arrpos.rope_cos_sin(np.arange(512), inv, dtype=np.float32)
+    cc, sc = np.ascontiguousarray(cc[:, :16]), np.ascontiguousarray(sc[:, :16])
+    x = RNG.standard_normal((2, 200, 3, 48)).astype(np.float32)
+    ids = RNG.integers(0, 512, size=(2, 200, 1))
+    ref = arrpos.apply_rope_cached(x, cc, sc, ids)
+    got = arrpos.apply_rope_cached(da.from_array(x, chunks=(1, 64, 3, 24)),
+                                   da.from_array(cc, chunks=100), da.from_array(sc, chunks=100),
+                                   da.from_array(ids, chunks=(2, 50, 1)))
+    np.testing.assert_array_equal(got.compute(), ref)
+
+
+def test_apply_rope_qk_grouped_heads_equals_numpy():
+    _need("apply_rope_qk")
+    inv, _ = arrpos.rope_frequencies(32)
+    c, s = arrpos.rope_cos_sin(np.arange(100), inv, dtype=np.float32)
+    q = RNG.standard_normal((2, 100, 8, 32)).astype(np.float32)
+    k = RNG.standard_normal((2, 100, 2, 32)).astype(np.float32)
+    ref = arrpos.apply_rope_qk(q, k, c[:, None], s[:, None])
+    got = arrpos.apply_rope_qk(da.from_array(q, chunks=(1, 30, 4, 32)),
+                               da.from_array(k, chunks=(2, 50, 1, 32)),
+                               da.from_array(c[:, None], chunks=(25, 1, 32)),
+                               da.from_array(s[:, None], chunks=(25, 1, 32)))
+    assert got[0].chunks[1] == (30, 30, 30, 10) and got[1].chunks[1] == (30, 30, 30, 10)
+    for g, r in zip(_compute(*got), ref):
+        np.testing.assert_array_equal(g, r)
+
+
+# --- dask.distributed: worker processes ---------------------------------------------------------
+
+_CLUSTER_SCRIPT = textwrap.dedent("""
+    import numpy as np, dask.array as da, arrpos
+    from dask.distributed import Client, LocalCluster
+
+    if __name__ == "__main__":
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            inv, _ = arrpos.rope_frequencies(64)
+            pos = da.arange(20000, chunks=3000)
+            t = arrpos.sinusoidal(pos, 64)
+            c, s = arrpos.rope_cos_sin(pos, da.from_array(inv), dtype=np.float32)
+            x = np.random.default_rng(0).standard_normal((2, 20000, 2, 64)).astype(np.float32)
+            y = arrpos.apply_rope(da.from_array(x, chunks=(1, 5000, 2, 64)), c[:, None],
+                                  s[:, None])
+            got = client.compute([t, c, s, y], sync=True)
+            rc, rs = arrpos.rope_cos_sin(np.arange(20000), inv, dtype=np.float32)
+            refs = [arrpos.sinusoidal(np.arange(20000), 64), rc, rs,
+                    arrpos.apply_rope(x, rc[:, None], rs[:, None])]
+            for g, r in zip(got, refs):
+                np.testing.assert_array_equal(g, r)
+            pids = set(client.run(__import__("os").getpid).values())
+            assert len(pids) == 2 and __import__("os").getpid() not in pids
+            print("cluster ok")
+""")
+
+
+def test_local_cluster_with_worker_processes(tmp_path):
+    pytest.importorskip("distributed")
+    script = tmp_path / "cluster.py"
+    script.write_text(_CLUSTER_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=240, env=env, cwd=str(tmp_path))
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the LocalCluster run did not finish in 240 s: {exc.stderr}")
+    assert done.returncode == 0 and "cluster ok" in done.stdout, done.stderr[-3000:]
+
+
+def test_docs_distributed_code_blocks_run(tmp_path):
+    """docs/distributed.md's code blocks, in order, as one script (its cluster block starts
+    worker processes, hence a subprocess with a timeout)."""
+    import re
+
+    pytest.importorskip("distributed")
+    text = open(os.path.join(ROOT, "docs", "distributed.md")).read()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 3
+    script = tmp_path / "docs_distributed.py"
+    script.write_text("\n".join(blocks) + "\nprint('docs ok')\n")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=240, env=env, cwd=str(tmp_path))
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"docs/distributed.md did not finish in 240 s: {exc.stderr}")
+    assert done.returncode == 0 and "docs ok" in done.stdout, done.stderr[-3000:]
+
+
+def test_kernels_in_a_dask_task_run_on_one_thread(monkeypatch):
+    from arrpos._backends import one_thread_per_call, one_thread_wanted
+
+    assert not one_thread_wanted()
+    with one_thread_per_call():
+        assert one_thread_wanted()
+        mod = _dispatch.adapter("_numpy")
+        if mod is not None:
+            assert mod.thread_count(1 << 24) == 1
+    assert not one_thread_wanted()
+    seen = []
+    real = _dispatch.call
+
+    def recording(op, xp, *args, **kwargs):
+        seen.append((type(args[0]).__module__.split(".")[0], one_thread_wanted()))
+        return real(op, xp, *args, **kwargs)
+
+    monkeypatch.setattr(_dispatch, "call", recording)
+    arrpos.sinusoidal(da.arange(4, chunks=2), 8).compute(scheduler="threads")
+    # the public call on the Dask array, then one call per chunk on one thread each
+    assert seen == [("dask", False), ("numpy", True), ("numpy", True)], seen
+
+
+def test_sinusoid_family_on_dask():
+    coords = arrpos.grid_coords((6, 5))
+    ref = arrpos.sinusoidal_nd(coords, 16)
+    got = arrpos.sinusoidal_nd(da.from_array(coords, chunks=(2, 5, 2)), 16)
+    np.testing.assert_array_equal(got.compute(), ref)
+    t = np.array([0.0, 3.5, 999.0])
+    np.testing.assert_array_equal(
+        arrpos.timestep_embedding(da.from_array(t, chunks=2), 32).compute(),
+        arrpos.timestep_embedding(t, 32))
