@@ -91,9 +91,10 @@ def sinusoidal(positions, dim, /, *, base=10000.0, layout="interleaved", dtype=N
 
     Notes
     -----
-    Backend support: NumPy float32/float64 output takes the compiled kernel (one complex
-    multiply per element, multithreaded); Dask arrays with NumPy chunks one task per chunk,
-    each taking that path; every other namespace the generic Array API code.
+    Backend support: compiled kernels (one complex multiply per element, multithreaded) for
+    NumPy arrays and torch CPU tensors without grad (float16/32/64 and bfloat16 output), CUDA
+    kernels for CuPy arrays and CUDA torch tensors, Dask arrays with NumPy chunks one task per
+    chunk on those kernels; every other namespace the generic Array API code.
     Accuracy: within 2e-7 (float32) and 1e-12 (float64) of exact for every accepted position,
     ``|p| < 2**35`` (``2**28`` on devices without float64, e.g. JAX without x64); larger or
     non-finite positions are refused. Lazy positions (Dask, JAX under jit) are not read, so

@@ -364,9 +364,11 @@ def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0,
     ``|p| * max(1, max|inv_freq|) < 2**35`` (``2**28`` without float64); others raise.
     RoPE-Mixed reduces each product ``positions[..., a] * inv_freq[a, i]`` exactly before
     adding them.
-    Backend support: NumPy float32/float64 output takes the compiled kernel when it is built;
-    Dask arrays with NumPy chunks one task per chunk, each taking that path; every other
-    namespace the generic Array API code.
+    Backend support: compiled kernels for NumPy arrays and torch CPU tensors
+    without grad (float16/32/64 and bfloat16 output; tensors zero-copy through DLPack), CUDA
+    kernels for CuPy arrays and CUDA torch tensors, Dask arrays with NumPy chunks one task per
+    chunk on those kernels; multimodal ``axes``, RoPE-Mixed, other namespaces and any input a
+    kernel declines take the generic Array API code.
 
     Examples
     --------
@@ -631,13 +633,13 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
     The arithmetic promotes ``x`` with the tables (float16 ``x`` with float32 tables computes in
     float32) and rounds once to ``x.dtype``. Without ``out`` nothing is written in place, so
     gradients flow on torch and JAX.
-    Backend support: NumPy (and torch CPU) float32/float64 ``x`` takes the compiled kernel when
-    it is built; float32 ``x`` with float64 tables too, the tables rounded to float32 first
-    (results within a few float32 ulps of the promoted computation). Dask arrays with NumPy
-    chunks run one task per chunk of rows, each taking that path (``out`` then names the lazy
-    result: Dask arrays are not written in place). Every other namespace, and inputs the kernel
-    declines (neg/conj views, unaligned or byte-swapped memory, strides that are not whole
-    elements), take the generic Array API code.
+    Backend support: the compiled kernel for NumPy arrays and torch CPU tensors without grad
+    (float16, bfloat16, float32, float64 ``x``; tables of another float type are converted once
+    and the result rounded once), CUDA kernels for CuPy arrays and CUDA torch tensors, and Dask
+    arrays with NumPy chunks one task per chunk of rows on those kernels (``out`` then names the
+    lazy result: Dask arrays are not written in place). Every other namespace, and inputs the
+    kernels decline (neg/conj views, unaligned or byte-swapped memory, strides that are not
+    whole elements), take the generic Array API code.
 
     Examples
     --------
@@ -761,7 +763,10 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
     ``take`` does on that backend).
     Mapping from ONNX (``docs/coming-from-rope.md``): ONNX's 4-D input is
     ``(batch, heads, seq, D)`` and its ids ``(batch, seq)``, so pass ``ids[:, None, :]``.
-    Backend support: the generic Array API code on every namespace.
+    Backend support: one fused gather-and-rotate kernel for NumPy arrays and torch CPU tensors
+    without grad (the gathered tables are never materialised), CUDA kernels for CuPy arrays and
+    CUDA torch tensors, Dask arrays with NumPy chunks one task per chunk on those kernels; every
+    other namespace the generic Array API code.
 
     Examples
     --------
@@ -837,8 +842,7 @@ def apply_rope_qk(q, k, cos, sin, /, *, layout="half", inverse=False, out=None):
     Notes
     -----
     One validation (memoised per argument signature) and one dispatch for both tensors.
-    Backend support: as :func:`apply_rope` (NumPy float32/float64 take the compiled kernel when
-    a compiled twin is built; the generic code otherwise).
+    Backend support: as :func:`apply_rope`, both tensors in one adapter call.
 
     Examples
     --------

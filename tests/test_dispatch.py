@@ -187,3 +187,26 @@ def test_adapter_status_lists_every_row():
     assert set(status) == set(_dispatch.ADAPTERS)
     assert status["numpy"]["_numpy"] == ("disabled by ARRPOS_NO_EXTENSIONS" if NO_EXT
                                          else "available")
+
+
+def test_ml_dtypes_bfloat16_numpy_arrays_are_first_class():
+    """ml_dtypes.bfloat16 NumPy arrays pass validation (NumPy's isdtype refuses them), take the
+    compiled kernel where it is built, and round once: within half a bfloat16 ulp of float64."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 3, 4, 8)).astype(bf16)
+    inv, _ = arrpos.rope_frequencies(8)
+    cos, sin = arrpos.rope_cos_sin(np.arange(3), inv, dtype=bf16)
+    assert cos.dtype == bf16 and arrpos.sinusoidal(4, 8, dtype=bf16).dtype == bf16
+    got = arrpos.apply_rope(x, cos[:, None], sin[:, None])
+    assert got.dtype == bf16
+    f64 = [a.astype(np.float64) for a in (x, cos[:, None], sin[:, None])]
+    h = 4
+    rot = np.concatenate([-f64[0][..., h:], f64[0][..., :h]], axis=-1)
+    ref = f64[0] * f64[1] + rot * f64[2]
+    ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(ref), 2.0 ** -126))) - 7)
+    assert np.all(np.abs(got.astype(np.float64) - ref) <= ulp / 2 + 1e-12)
+    mod = _dispatch.choose("apply_rope", get_backend("numpy").xp,
+                           (x, cos[:, None], sin[:, None], None), layout="half")
+    assert mod.__name__.endswith("_xp" if NO_EXT else "_numpy")

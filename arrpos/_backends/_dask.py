@@ -13,7 +13,6 @@ Task functions live at module level, so graphs pickle for ``dask.distributed`` w
 from __future__ import annotations
 
 import math
-import operator
 
 import dask.array as da
 from dask.array.utils import meta_from_array

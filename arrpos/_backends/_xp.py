@@ -285,17 +285,28 @@ def _rotate(xr, layout, xp):
     return xp.reshape(pairs, xr.shape)
 
 
+def _bits(xp, dtype) -> int:
+    try:
+        return int(xp.finfo(dtype).bits)
+    except (TypeError, ValueError, AttributeError):  # extension dtypes finfo does not know
+        return 8 * int(getattr(dtype, "itemsize", 4))
+
+
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     """Rotate the first ``cos.shape[-1]`` features of ``x``; the rest pass through.
 
     ``x * cos + rotate(x) * sin`` (``- ... * sin`` when ``inverse``), computed in the promoted
-    dtype of ``x`` and the tables and rounded once to ``x.dtype``. Without ``out`` nothing is
+    dtype of ``x`` and the tables (float32 when both are 16-bit) and rounded once to
+    ``x.dtype``. Without ``out`` nothing is
     written in place, so autograd (torch, JAX) sees an ordinary expression. ``out`` (x's shape
     and dtype, possibly ``x`` itself) receives the result.
     """
     r = cos.shape[-1]
     d = x.shape[-1]
     xr = x[..., :r] if r < d else x
+    if _bits(xp, x.dtype) == 16 and _bits(xp, cos.dtype) == 16:
+        # 16-bit data: computed in float32 and rounded once, like the kernels
+        xr, cos, sin = (xp.astype(a, xp.float32) for a in (xr, cos, sin))
     rot = _rotate(xr, layout, xp)
     y = xr * cos - rot * sin if inverse else xr * cos + rot * sin
     if y.dtype != x.dtype:

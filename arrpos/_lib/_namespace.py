@@ -205,9 +205,14 @@ def dtype_kind(xp, dtype) -> str:
 
 
 def _dtype_kind(xp, dtype) -> str:
-    for kind in ("bool", "integral", "real floating", "complex floating"):
-        if xp.isdtype(dtype, kind):
-            return kind
+    try:
+        for kind in ("bool", "integral", "real floating", "complex floating"):
+            if xp.isdtype(dtype, kind):
+                return kind
+    except TypeError:  # NumPy's isdtype refuses extension dtypes (ml_dtypes)
+        name = getattr(dtype, "name", None) or getattr(dtype, "__name__", "")
+        if name == "bfloat16":  # ml_dtypes.bfloat16 (dtype or scalar type): a real float type
+            return "real floating"
     return "other"
 
 

@@ -177,7 +177,7 @@ def check_dtype_arg(xp, dtype, name: str = "dtype", *, device=None):
     if isinstance(dtype, str):
         dtype = getattr(xp, dtype, dtype)
     try:
-        ok = xp.isdtype(dtype, "real floating")
+        ok = dtype_kind(xp, dtype) == "real floating"
     except Exception:
         ok = False
     if not ok:

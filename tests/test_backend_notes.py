@@ -1,0 +1,67 @@
+"""Each public docstring's "Backend support" note agrees with the dispatch table: a function
+whose arithmetic goes through ``_dispatch.call(op, ...)`` names every library whose adapter
+defines ``op``; a function that never dispatches claims no compiled path."""
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+
+import pytest
+
+import arrpos
+from arrpos import _dispatch
+
+# adapter module -> how a docstring names its library
+LIBRARY = {"_numpy": "NumPy", "_torch_cpu": "torch", "_torch_cuda": "CUDA", "_cupy": "CuPy",
+           "_dask": "Dask"}
+
+
+def _adapters_with(op):
+    found = []
+    for names in _dispatch.ADAPTERS.values():
+        for name in names:
+            try:
+                mod = importlib.import_module(f"arrpos._backends.{name}")
+            except ImportError:  # its library is not installed here
+                continue
+            if hasattr(mod, op):
+                found.append(name)
+    return found
+
+
+def _public_functions():
+    for name in sorted(arrpos.__all__):
+        obj = getattr(arrpos, name)
+        if inspect.isfunction(obj) and obj.__doc__ and "Backend support" in obj.__doc__:
+            yield name, obj
+
+
+def _ops(fn):
+    """The ops a function dispatches, found in its source (and that of its helpers in the
+    same module that it calls by name)."""
+    src = inspect.getsource(fn)
+    module = inspect.getmodule(fn)
+    for helper in set(re.findall(r"\b(_[a-z]\w*)\(", src)):
+        obj = getattr(module, helper, None)
+        if inspect.isfunction(obj):
+            src += inspect.getsource(obj)
+    return set(re.findall(r'_dispatch\.call\(\s*"(\w+)"', src))
+
+
+def _note(doc):
+    text = " ".join(doc.split())
+    return text[text.index("Backend support"):].split(". Examples", 1)[0]
+
+
+@pytest.mark.parametrize("name, fn", list(_public_functions()))
+def test_backend_note_matches_dispatch_table(name, fn):
+    note = _note(fn.__doc__)
+    ops = _ops(fn)
+    served = sorted({a for op in ops for a in _adapters_with(op)})
+    if not served:
+        assert not re.search(r"compiled|CUDA kernel|takes the kernel", note), (name, note)
+        return
+    missing = [LIBRARY[a] for a in served if LIBRARY[a] not in note
+               and not re.search(r"as :func:`\w+`", note)]
+    assert not missing, f"{name}: its note does not mention {missing}: {note}"
