@@ -264,6 +264,9 @@ int rope_apply(const ApplyArgs &a)
     for (int k = 0; k < a.cos.ndim; k++)
         if (a.sin.shape[k] != a.cos.shape[k])
             return UNSUPPORTED;
+    for (int k = 0; k < a.out.ndim; k++)  // a broadcast out would be rotated repeatedly
+        if (a.out.shape[k] > 1 && a.out.strides[k] == 0)
+            return UNSUPPORTED;
     const bool inplace = same_view(a.x, a.out);
     if (!inplace) {  // out must not overlap x (else rows would read what others wrote)
         char *xl, *xh, *ol, *oh;

@@ -261,6 +261,10 @@ def test_rope_kernels_check_shapes():
         with pytest.raises(Unsupported):
             _cpu.apply_rope(*args[:4], args[4], _cpu.F32, False, False)
         np.testing.assert_array_equal(out, before)
+    shared = np.zeros((1, 2, 1, 8), np.float32)
+    expanded = np.lib.stride_tricks.as_strided(shared, (1, 2, 3, 8), (64, 32, 0, 4))
+    with pytest.raises(Unsupported):  # a stride-0 out (in place or not) is refused
+        _cpu.apply_rope(expanded, c, c, expanded, f32, f32, False, False)
     ro = x.copy()
     ro.flags.writeable = False
     with pytest.raises(Unsupported):
