@@ -311,7 +311,7 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("level", ["0", "1", "2"])
+@pytest.mark.parametrize("level", ["0", "1", "2", "3"])
 def test_streaming_paths_at_every_simd_level(level):
     """The portable, AVX2 and AVX-512 streaming rows (as far as the CPU has them), with
     64-byte aligned, 16-byte aligned and unaligned outputs, agree with the generic path."""
