@@ -58,6 +58,13 @@ using Isa = Avx512;
 }}
 #pragma GCC pop_options
 #pragma GCC push_options
+#pragma GCC target("avx512f,avx512bf16,avx2,fma,f16c")
+namespace arrpos { namespace isa_avx512bf16 {
+using Isa = Avx512Bf16;
+#include "kernels.inc"
+}}
+#pragma GCC pop_options
+#pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 namespace arrpos { namespace isa_avx2 {
 using Isa = Avx2;
@@ -184,7 +191,11 @@ template <class T, class Tc, bool Gather, bool Stream>
 RowsFn pick_rows(int level)
 {
 #if ARRPOS_HAVE_SIMD
-    if (level == 2)
+    if constexpr (std::is_same<T, bf16>::value || std::is_same<Tc, bf16>::value) {
+        if (level == 3)  // only bfloat16 gains from it
+            return &isa_avx512bf16::rope_rows<T, Tc, Gather, Stream>;
+    }
+    if (level >= 2)
         return &isa_avx512::rope_rows<T, Tc, Gather, Stream>;
     if (level == 1)
         return &isa_avx2::rope_rows<T, Tc, Gather, Stream>;
@@ -263,6 +274,9 @@ int rope_apply(const ApplyArgs &a)
         return UNSUPPORTED;
     for (int k = 0; k < a.cos.ndim; k++)
         if (a.sin.shape[k] != a.cos.shape[k])
+            return UNSUPPORTED;
+    for (int k = 0; k < a.out.ndim; k++)  // a broadcast out would be rotated repeatedly
+        if (a.out.shape[k] > 1 && a.out.strides[k] == 0)
             return UNSUPPORTED;
     const bool inplace = same_view(a.x, a.out);
     if (!inplace) {  // out must not overlap x (else rows would read what others wrote)
@@ -350,7 +364,7 @@ template <class T>
 TableFn pick_table(int level)
 {
 #if ARRPOS_HAVE_SIMD
-    if (level == 2)
+    if (level >= 2)
         return &isa_avx512::table_rows<T>;
     if (level == 1)
         return &isa_avx2::table_rows<T>;
@@ -398,7 +412,7 @@ inline void stream_copy(char *dst, const char *src, ptrdiff_t n, int nthreads)
         const Ctx &c = *(const Ctx *)p;
         ptrdiff_t lo = i * c.chunk, len = c.n - lo < c.chunk ? c.n - lo : c.chunk;
 #if ARRPOS_HAVE_SIMD
-        if (c.level == 2)
+        if (c.level >= 2)
             isa_avx512::copy_bytes(c.dst + lo, c.src + lo, len, true);
         else if (c.level == 1)
             isa_avx2::copy_bytes(c.dst + lo, c.src + lo, len, true);

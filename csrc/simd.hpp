@@ -27,8 +27,9 @@ namespace arrpos {
 struct Portable {};
 struct Avx2 {};
 struct Avx512 {};
+struct Avx512Bf16 {};  // AVX-512 plus its bfloat16 conversion (Cooper Lake, Zen 4, Sapphire Rapids)
 
-// 2: AVX-512F, 1: AVX2 with F16C, 0: portable C++.
+// 3: AVX-512F with AVX512_BF16, 2: AVX-512F, 1: AVX2 with F16C, 0: portable C++.
 inline int simd_level()
 {
     static int level = -1;
@@ -38,10 +39,11 @@ inline int simd_level()
         __builtin_cpu_init();
         if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")
             && __builtin_cpu_supports("fma"))
-            lvl = __builtin_cpu_supports("avx512f") ? 2 : 1;
+            lvl = !__builtin_cpu_supports("avx512f") ? 1
+                  : __builtin_cpu_supports("avx512bf16") ? 3 : 2;
 #endif
         const char *cap = std::getenv("ARRPOS_SIMD_LEVEL");
-        if (cap && cap[0] >= '0' && cap[0] <= '2' && cap[0] - '0' < lvl)
+        if (cap && cap[0] >= '0' && cap[0] <= '3' && cap[0] - '0' < lvl)
             lvl = cap[0] - '0';
         level = lvl;
     }
@@ -155,6 +157,16 @@ template <> struct Vec<Avx512, bf16> : Ops<Avx512, float> {
     }
     ARRPOS_I512 void store(bf16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow(v)); }
     ARRPOS_I512 void stream(bf16 *p, R v) { stream_bytes32(p, narrow(v)); }
+};
+
+// ---- AVX-512 with AVX512_BF16: one instruction rounds float32 to bfloat16 (RNE) -------------
+#define ARRPOS_IBF16 __attribute__((target("avx512f,avx512bf16,avx2,fma,f16c"), always_inline)) static inline
+template <class C> struct Ops<Avx512Bf16, C> : Ops<Avx512, C> {};
+template <class T> struct Vec<Avx512Bf16, T> : Vec<Avx512, T> {};
+template <> struct Vec<Avx512Bf16, bf16> : Vec<Avx512, bf16> {
+    ARRPOS_IBF16 __m256i narrow(R v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+    ARRPOS_IBF16 void store(bf16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow(v)); }
+    ARRPOS_IBF16 void stream(bf16 *p, R v) { stream_bytes32(p, narrow(v)); }
 };
 
 // ---- AVX2 ----------------------------------------------------------------------------------

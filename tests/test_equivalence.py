@@ -267,6 +267,10 @@ def test_rope_kernels_check_shapes():
         with pytest.raises(Unsupported):
             _cpu.apply_rope(*args[:4], args[4], _cpu.F32, False, False)
         np.testing.assert_array_equal(out, before)
+    shared = np.zeros((1, 2, 1, 8), np.float32)
+    expanded = np.lib.stride_tricks.as_strided(shared, (1, 2, 3, 8), (64, 32, 0, 4))
+    with pytest.raises(Unsupported):  # a stride-0 out (in place or not) is refused
+        _cpu.apply_rope(expanded, c, c, expanded, f32, f32, False, False)
     ro = x.copy()
     ro.flags.writeable = False
     with pytest.raises(Unsupported):
@@ -313,7 +317,7 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("level", ["0", "1", "2"])
+@pytest.mark.parametrize("level", ["0", "1", "2", "3"])
 def test_streaming_paths_at_every_simd_level(level):
     """The portable, AVX2 and AVX-512 streaming rows (as far as the CPU has them), with
     64-byte aligned, 16-byte aligned and unaligned outputs, agree with the generic path."""
