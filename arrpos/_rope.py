@@ -541,13 +541,10 @@ def _check_layout_inverse(layout, inverse):
 
 
 def _check_out(xp, x, out, x_name="x", out_name="out"):
-    """``out``: None, or a mutable array of ``x``'s shape and dtype."""
+    """``out``: None, or an array of ``x``'s shape and dtype (its memory: _check_out_memory)."""
     if out is None:
         return
     check_array(xp, out, out_name, kind="any")
-    if not is_writeable(out):
-        raise TypeError(f"{out_name}= needs a mutable array; this library's arrays are "
-                        "immutable (JAX): use the return value (under jit, XLA reuses the buffer)")
     if tuple(out.shape) != tuple(x.shape) or out.dtype != x.dtype:
         raise ValueError(f"{out_name} must have {x_name}'s shape {tuple(x.shape)} and dtype "
                          f"{x.dtype}, got shape {tuple(out.shape)} and dtype {out.dtype}")
@@ -577,15 +574,17 @@ def _memo_check(key_parts, check):
             _VALIDATED.add(key)
 
 
-def _check_out_memory(out):
+def _check_out_memory(out, name="out"):
     """Checks of ``out``'s memory, run on every call (flags and strides are not in the key)."""
+    if out is None:
+        return
     if is_read_only(out):
-        raise ValueError("out must be a writable array, got a read-only one")
+        raise ValueError(f"{name} must be a writable array, got a read-only one")
     if not is_writeable(out):
-        raise TypeError("out= needs a mutable array; this library's arrays are immutable "
+        raise TypeError(f"{name}= needs a mutable array; this library's arrays are immutable "
                         "(JAX): use the return value (under jit, XLA reuses the buffer)")
     if has_zero_stride(out):
-        raise ValueError(f"out must not have elements that share memory (an expanded or "
+        raise ValueError(f"{name} must not have elements that share memory (an expanded or "
                          f"broadcast array), got one of shape {tuple(out.shape)} with a "
                          f"zero stride")
 
@@ -788,6 +787,7 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
                          _bool_key(inverse)),
                 lambda: _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout,
                                            inverse, out))
+    _check_out_memory(out)
     _check_ids_in_range(xp, position_ids, cos_cache.shape[0])
     return _dispatch.call("apply_rope_cached", xp, x, cos_cache, sin_cache, position_ids,
                           arrays=(x, cos_cache, sin_cache, position_ids, out),
@@ -868,6 +868,8 @@ def apply_rope_qk(q, k, cos, sin, /, *, layout="half", inverse=False, out=None):
 
     _memo_check(lambda: ("apply_rope_qk", id(xp), _signature(q, k, cos, sin, q_out, k_out),
                          layout, _bool_key(inverse)), check)
+    _check_out_memory(q_out, "out[0]")
+    _check_out_memory(k_out, "out[1]")
     return _dispatch.call("apply_rope_qk", xp, q, k, cos, sin,
                           arrays=(q, k, cos, sin, q_out, k_out), layout=layout,
                           inverse=inverse, out=None if out is None else (q_out, k_out))

@@ -1,7 +1,8 @@
 """Every Python example of README.md and docs/*.md runs as written.
 
 The documents are found by globbing, so a new docs page is tested without touching this file.
-Within one document, a block may use names defined by the blocks before it.
+Within one document, a block may use names defined by the blocks before it. A fragment that
+names another library's private objects is fenced ``py`` instead of ``python``: shown, not run.
 """
 from __future__ import annotations
 
