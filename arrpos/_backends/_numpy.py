@@ -94,38 +94,50 @@ def _np_xp():
 
 
 _TABLE_CACHE_BYTES = 64 << 20  # the rotation tables kept between calls, in bytes (~1.8 KB/freq)
-_TABLES: dict = {}  # (hi_bytes, lo_bytes) -> tables, oldest first
-_TABLES_LOCK = threading.Lock()
 
 
-def _rotation_tables(hi_bytes: bytes, lo_bytes: bytes):
-    """The rotation tables of these frequencies, from a cache bounded in bytes (least recently
-    used entries go first); ``_rotation_tables.cache_clear()`` empties it."""
-    key = (hi_bytes, lo_bytes)
-    with _TABLES_LOCK:
-        tables = _TABLES.pop(key, None)
-        if tables is not None:
-            _TABLES[key] = tables  # most recently used last
-            return tables
-    tables = _build_rotation_tables(hi_bytes, lo_bytes)
-    with _TABLES_LOCK:
-        _TABLES[key] = tables
-        while len(_TABLES) > 1 and table_cache_bytes() > _TABLE_CACHE_BYTES:
-            del _TABLES[next(iter(_TABLES))]
-    return tables
+class _RotationTables:
+    """The rotation tables per frequency set, in a cache bounded in bytes (least recently used
+    entries go first); ``cache_clear()`` empties it, ``nbytes()`` is its size."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._tables: dict = {}  # (hi_bytes, lo_bytes) -> tables, least recently used first
+        self._lock = threading.Lock()
+
+    def __call__(self, hi_bytes: bytes, lo_bytes: bytes):
+        key = (hi_bytes, lo_bytes)
+        with self._lock:
+            tables = self._tables.pop(key, None)
+            if tables is not None:
+                self._tables[key] = tables  # now the most recently used
+                return tables
+        tables = _build_rotation_tables(hi_bytes, lo_bytes)
+        with self._lock:
+            self._tables[key] = tables
+            while len(self._tables) > 1 and self._nbytes() > self.limit:
+                del self._tables[next(iter(self._tables))]
+        return tables
+
+    def _nbytes(self) -> int:
+        return sum(sum(a.nbytes for a in t) + len(k[0]) + len(k[1])
+                   for k, t in self._tables.items())
+
+    def nbytes(self) -> int:
+        with self._lock:
+            return self._nbytes()
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._tables.clear()
+
+
+_rotation_tables = _RotationTables(_TABLE_CACHE_BYTES)
 
 
 def table_cache_bytes() -> int:
     """Bytes held by the rotation-table cache (tables and keys)."""
-    return sum(sum(a.nbytes for a in t) + len(k[0]) + len(k[1]) for k, t in _TABLES.items())
-
-
-def _clear_tables():
-    with _TABLES_LOCK:
-        _TABLES.clear()
-
-
-_rotation_tables.cache_clear = _clear_tables
+    return _rotation_tables.nbytes()
 
 
 def _build_rotation_tables(hi_bytes: bytes, lo_bytes: bytes):
