@@ -954,6 +954,9 @@ class RoPE:
     axes : sequence of int, optional
         Multimodal RoPE: the coordinate each frequency turns with (:func:`mrope_axes`);
         positions then carry a trailing coordinate axis.
+    inverse : bool, optional
+        Rotate by ``-theta`` instead (``cos_sin`` gives ``-sin``): checkpoints trained with a
+        ``rotate_half`` of flipped signs (NanoChat). ``apply(..., inverse=True)`` undoes it.
 
     Attributes
     ----------
@@ -978,11 +981,13 @@ class RoPE:
     """
 
     __slots__ = ("head_dim", "base", "scaling", "partial_rotary_factor", "layout", "axes",
-                 "rotary_dim")
+                 "rotary_dim", "inverse")
 
     def __init__(self, head_dim, /, *, base=10000.0, scaling=None, partial_rotary_factor=1.0,
-                 layout="half", axes=None):
+                 layout="half", axes=None, inverse=False):
         head_dim = check_positive_int(head_dim, "head_dim")
+        if not isinstance(inverse, bool):
+            raise TypeError(f"inverse must be a bool, got {type(inverse).__name__} {inverse!r}")
         base = check_real_scalar(base, "base", positive=True)
         scaling = _check_scaling(scaling)
         prf = check_real_scalar(partial_rotary_factor, "partial_rotary_factor", positive=True)
@@ -1000,7 +1005,7 @@ class RoPE:
             axes = _check_axes(axes, rotary_dim // 2, float("inf"))
         for name, value in (("head_dim", head_dim), ("base", base), ("scaling", scaling),
                             ("partial_rotary_factor", prf), ("layout", layout), ("axes", axes),
-                            ("rotary_dim", rotary_dim)):
+                            ("rotary_dim", rotary_dim), ("inverse", inverse)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
@@ -1008,6 +1013,7 @@ class RoPE:
 
     def __repr__(self):
         extra = "" if self.axes is None else f", axes={self.axes}"
+        extra += ", inverse=True" if self.inverse else ""
         return (f"RoPE({self.head_dim}, base={self.base}, scaling={self.scaling!r}, "
                 f"partial_rotary_factor={self.partial_rotary_factor}, layout={self.layout!r}"
                 f"{extra})")
@@ -1040,6 +1046,10 @@ class RoPE:
             dtype = output_dtype(xp, pos, None, device=dev)
         if self.scaling is not None and self.scaling.seq_dependent and seq_len is None:
             seq_len = self._seq_len_from(xp, pos)
+        cos, sin = self._cos_sin(xp, pos, dev, dtype, seq_len)
+        return (cos, -sin) if self.inverse else (cos, sin)
+
+    def _cos_sin(self, xp, pos, dev, dtype, seq_len):
         if has_float64(xp, dev):  # float64 frequencies: the angles are exact
             inv, att = self.frequencies(seq_len, xp, dtype=xp.float64, device=dev)
             return rope_cos_sin(pos, inv, layout=self.layout, attention_factor=att,

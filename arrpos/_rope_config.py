@@ -75,6 +75,9 @@ _AXIAL = {
     "pixtral": ("strided", (0, 1), "half"),
     "minimax_m3_vl_vision": ("blocks", (0, 1, 2), "half"),
 }
+# model types whose rotate_half has flipped signs: they rotate by -theta (RoPE(inverse=True))
+_INVERSE = frozenset({"nanochat"})
+
 # SAM 2's memory attention: the rotary width is its own
 _MEMORY_ATTENTION = frozenset({"sam2_video", "edgetam_video", "sam3_tracker_video"})
 
@@ -86,8 +89,6 @@ _HUNYUAN = ("multimodal sections cut from the doubled table (cos[i] and cos[i + 
 _UNSUPPORTED = {
     "gemma4_vision": "an axial rotary whose h and w halves each rotate half-wise (two tables "
                      "side by side)",
-    "nanochat": "a rotate_half with flipped signs (it rotates by -theta); use "
-                "RoPE.apply(..., inverse=True) on a RoPE built with the same parameters",
     "eomt_dinov3": _PATCH_GRID,
     "llama4_vision_model": _PATCH_GRID,
     "efficientloftr": _PATCH_GRID,
@@ -265,4 +266,4 @@ def _rope_arguments(config, layer_type, model_type):
     n_freq = int(head_dim * prf) // 2
     layout, axes = _layout(config, model_type, rp), _axes(rp, model_type, n_freq)
     return head_dim, dict(base=base, scaling=scaling, partial_rotary_factor=prf,
-                          layout=layout, axes=axes)
+                          layout=layout, axes=axes, inverse=model_type in _INVERSE)

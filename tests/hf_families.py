@@ -234,6 +234,8 @@ def _compare(name, rope, cos, sin, q_hf, q, pos_ar, permuted):
         cos = cos.reshape((-1,) + cos.shape[-2:])[:1]
         sin = sin.reshape((-1,) + sin.shape[-2:])[:1]
         c, s = rope.cos_sin(pos_ar.astype(np.int64), dtype=np.float64)
+        if rope.inverse:  # transformers holds sin and flips the sign in its rotate_half
+            s = -s
         c, s = (_as_layout(rope, t, cos.shape[-1], permuted) for t in (c, s))
         if c.shape != cos.shape:
             return f"{name}: cos/sin shape {c.shape}, transformers {cos.shape}"

@@ -71,8 +71,6 @@ def test_mrope_defaults_by_model_type():
 
 
 @pytest.mark.parametrize("cfg, error, words", [
-    ({"model_type": "nanochat", "hidden_size": 64, "num_attention_heads": 2},
-     NotImplementedError, "flipped"),
     ({"model_type": "some_vision", "hidden_size": 64, "num_attention_heads": 2,
       "rope_parameters": {"rope_type": "axial"}}, NotImplementedError, "axial"),
     ({"model_type": "glm4_moe", "hidden_size": 84, "num_attention_heads": 2,
@@ -82,6 +80,31 @@ def test_mrope_defaults_by_model_type():
 def test_refusals_name_the_model_type(cfg, error, words):
     with pytest.raises(error, match=f"^{cfg['model_type']}: .*{words}"):
         arrpos.RoPE.from_hf_config(cfg)
+
+
+def test_inverse_rotation():
+    """RoPE(inverse=True) rotates by -theta: a float64 loop of NanoChat's flipped rotate_half
+    (q * cos + cat(x2, -x1) * sin)."""
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(0)
+    x, pos = rng.standard_normal((5, 8)), np.arange(5) * 7
+    want = np.empty_like(x)
+    for p in range(5):
+        for i in range(4):
+            th = pos[p] * 100.0 ** (-2 * i / 8)
+            a, b = x[p, i], x[p, i + 4]
+            want[p, i] = a * np.cos(th) + b * np.sin(th)
+            want[p, i + 4] = b * np.cos(th) - a * np.sin(th)
+    rope = arrpos.RoPE(8, base=100.0, inverse=True)
+    assert np.abs(rope.apply(x, pos, heads_axis=None) - want).max() < 1e-13
+    back = rope.apply(want, pos, heads_axis=None, inverse=True)
+    assert np.abs(back - x).max() < 1e-13
+    assert rope != arrpos.RoPE(8, base=100.0) and "inverse=True" in repr(rope)
+    nano = arrpos.RoPE.from_hf_config({"model_type": "nanochat", "hidden_size": 64,
+                                       "num_attention_heads": 2})
+    assert nano.inverse and nano.head_dim == 32
+    with pytest.raises(TypeError, match="inverse"):
+        arrpos.RoPE(8, inverse=1)
 
 
 def test_axial_frequencies():
