@@ -96,8 +96,10 @@ _MEMORY_ATTENTION = frozenset({"sam2_video", "edgetam_video", "sam3_tracker_vide
 _HUNYUAN = ("multimodal sections cut from the doubled table (cos[i] and cos[i + d/2] may turn "
             "with different axes)")
 _UNSUPPORTED = {
-    "gemma4_vision": "an axial rotary whose h and w halves each rotate half-wise (two tables "
-                     "side by side)",
+    "gemma4_vision": "an axial rotary whose h and w halves of the head each rotate half-wise "
+                     "(pairs j, j + head_dim/4 within each half), a layout RoPE does not have; "
+                     "apply a RoPE(head_dim // 2) at h to x[..., :head_dim // 2] and one at w to "
+                     "the rest",
     "esmfold2": "a 3-D rotary over atom coordinates",
     "musicflamingo": "a rotary time embedding modulated by absolute timestamps",
     "hunyuan_vl": _HUNYUAN,

@@ -128,3 +128,27 @@ def test_axial_vision_config():
     rope = arrpos.RoPE.from_hf_config(qwen)
     assert rope.head_dim == 32 and rope.scaling == arrpos.AxialScaling(2)
     assert rope.axes == (0,) * 8 + (1,) * 8 and rope.layout == "half"
+
+
+def test_patch_coordinate_vision_configs():
+    """Llama 4 vision / DINOv3 / EfficientLoFTR: 2-D RoPEs over the model's own coordinates."""
+    import math
+
+    inv, _ = arrpos.rope_frequencies(8, base=100.0, scaling=arrpos.AxialScaling(2, turns=True))
+    assert inv.tolist() == pytest.approx([2 * math.pi * f for f in (1.0, 0.1)] * 2, rel=1e-15)
+    dino = arrpos.RoPE.from_hf_config({"model_type": "eomt_dinov3", "hidden_size": 64,
+                                       "num_attention_heads": 2,
+                                       "rope_parameters": {"rope_type": "default",
+                                                           "rope_theta": 100.0}})
+    assert dino.head_dim == 32 and dino.layout == "half" and dino.scaling.turns
+    assert dino.axes == (0,) * 8 + (1,) * 8
+    loftr = {"model_type": "efficientloftr", "hidden_size": 64, "num_attention_heads": 8,
+             "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                 "partial_rotary_factor": 4.0}}
+    rope = arrpos.RoPE.from_hf_config(loftr)  # the whole hidden state: 16 frequencies per axis
+    assert rope.head_dim == 64 and rope.axes == (0, 1) * 16 and rope.layout == "interleaved"
+    loftr["rope_parameters"]["partial_rotary_factor"] = 1.0
+    with pytest.raises(ValueError, match="^efficientloftr: .*hidden_size / 4"):
+        arrpos.RoPE.from_hf_config(loftr)
+    with pytest.raises(TypeError, match="turns"):
+        arrpos.AxialScaling(2, turns=1)
