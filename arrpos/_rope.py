@@ -1136,8 +1136,12 @@ class RoPE:
             ``rope_parameters`` without ``layer_type``, widths that are not a valid RoPE.
         NotImplementedError
             A rotary the model type computes in a way a RoPE cannot reproduce exactly
-            (``rope_type: "axial"`` vision towers, patch-coordinate and time ropes, flipped
-            rotation). Messages start with the model type.
+            (an axial arrangement not known for the model type, Gemma 4 vision's half-wise
+            tables, HunyuanVL's sections of the doubled table, timestamp-modulated ropes).
+            Messages start with the model type. Vision towers (``rope_type: "axial"`` and
+            the patch-coordinate rotaries of Llama 4 vision, DINOv3, EfficientLoFTR) give a
+            2-D RoPE whose ``apply`` takes coordinates; NanoChat's flipped rotation gives
+            ``inverse=True``.
         """
         from ._rope_config import rope_from_config  # it imports mrope_axes from here
 
