@@ -984,6 +984,9 @@ class RoPE:
     axes : sequence of int, optional
         Multimodal RoPE: the coordinate each frequency turns with (:func:`mrope_axes`);
         positions then carry a trailing coordinate axis.
+    inverse : bool, optional
+        Rotate by ``-theta`` instead (``cos_sin`` gives ``-sin``): checkpoints trained with a
+        ``rotate_half`` of flipped signs (NanoChat). ``apply(..., inverse=True)`` undoes it.
 
     Attributes
     ----------
@@ -1008,11 +1011,13 @@ class RoPE:
     """
 
     __slots__ = ("head_dim", "base", "scaling", "partial_rotary_factor", "layout", "axes",
-                 "rotary_dim")
+                 "rotary_dim", "inverse")
 
     def __init__(self, head_dim, /, *, base=10000.0, scaling=None, partial_rotary_factor=1.0,
-                 layout="half", axes=None):
+                 layout="half", axes=None, inverse=False):
         head_dim = check_positive_int(head_dim, "head_dim")
+        if not isinstance(inverse, bool):
+            raise TypeError(f"inverse must be a bool, got {type(inverse).__name__} {inverse!r}")
         base = check_real_scalar(base, "base", positive=True)
         scaling = _check_scaling(scaling)
         prf = check_real_scalar(partial_rotary_factor, "partial_rotary_factor", positive=True)
@@ -1030,7 +1035,7 @@ class RoPE:
             axes = _check_axes(axes, rotary_dim // 2, float("inf"))
         for name, value in (("head_dim", head_dim), ("base", base), ("scaling", scaling),
                             ("partial_rotary_factor", prf), ("layout", layout), ("axes", axes),
-                            ("rotary_dim", rotary_dim)):
+                            ("rotary_dim", rotary_dim), ("inverse", inverse)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
@@ -1038,6 +1043,7 @@ class RoPE:
 
     def __repr__(self):
         extra = "" if self.axes is None else f", axes={self.axes}"
+        extra += ", inverse=True" if self.inverse else ""
         return (f"RoPE({self.head_dim}, base={self.base}, scaling={self.scaling!r}, "
                 f"partial_rotary_factor={self.partial_rotary_factor}, layout={self.layout!r}"
                 f"{extra})")
@@ -1070,6 +1076,10 @@ class RoPE:
             dtype = output_dtype(xp, pos, None, device=dev)
         if self.scaling is not None and self.scaling.seq_dependent and seq_len is None:
             seq_len = self._seq_len_from(xp, pos)
+        cos, sin = self._cos_sin(xp, pos, dev, dtype, seq_len)
+        return (cos, -sin) if self.inverse else (cos, sin)
+
+    def _cos_sin(self, xp, pos, dev, dtype, seq_len):
         if has_float64(xp, dev):  # float64 frequencies: the angles are exact
             inv, att = self.frequencies(seq_len, xp, dtype=xp.float64, device=dev)
             return rope_cos_sin(pos, inv, layout=self.layout, attention_factor=att,
@@ -1155,8 +1165,12 @@ class RoPE:
             ``rope_parameters`` without ``layer_type``, widths that are not a valid RoPE.
         NotImplementedError
             A rotary the model type computes in a way a RoPE cannot reproduce exactly
-            (``rope_type: "axial"`` vision towers, patch-coordinate and time ropes, flipped
-            rotation). Messages start with the model type.
+            (an axial arrangement not known for the model type, Gemma 4 vision's half-wise
+            tables, HunyuanVL's sections of the doubled table, timestamp-modulated ropes).
+            Messages start with the model type. Vision towers (``rope_type: "axial"`` and
+            the patch-coordinate rotaries of Llama 4 vision, DINOv3, EfficientLoFTR) give a
+            2-D RoPE whose ``apply`` takes coordinates; NanoChat's flipped rotation gives
+            ``inverse=True``.
         """
         from ._rope_config import rope_from_config  # it imports mrope_axes from here
 

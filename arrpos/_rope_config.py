@@ -24,7 +24,7 @@ _INTERLEAVED = frozenset({
     "blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "blt_patcher",
     "cohere", "cohere2", "cohere2_moe", "deepseek_v4", "ernie4_5", "ernie4_5_moe",
     "ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "glm", "glm4", "glm4v", "glm4v_text",
-    "glm_ocr", "glm_ocr_text", "glm_image", "glm_image_text", "helium", "moonshine",
+    "glm_ocr", "glm_ocr_text", "helium", "moonshine",
     "moonshine_streaming", "pe_audio_encoder", "pe_audio_video_encoder", "pe_video_encoder",
     "openai_privacy_filter", "bailing_hybrid", "glm_moe_dsa", "longcat_flash",
     "mistral_large4", "mistral_large4_text", "deepseek_v2", "llama4", "llama4_text",
@@ -75,22 +75,31 @@ _AXIAL = {
     "pixtral": ("strided", (0, 1), "half"),
     "minimax_m3_vl_vision": ("blocks", (0, 1, 2), "half"),
 }
+# model types whose rotate_half has flipped signs: they rotate by -theta (RoPE(inverse=True))
+_INVERSE = frozenset({"nanochat"})
+
+# vision rotaries the model drives with patch coordinates it computes itself: model type ->
+# (the rotated width: "head" (head_dim) or "hidden" (the whole hidden state, before the head
+# split), AxialScaling, layout). apply() takes the coordinates (docs/rope.md says which):
+# Llama 4 vision (column + 1, row + 1; 0, 0 for CLS), DINOv3 in EoMT (patch-centre y, x in
+# [-1, 1], in turns; 0, 0 for prefix tokens), EfficientLoFTR (row + 1, column + 1).
+_GRID = {
+    "llama4_vision_model": ("head", AxialScaling(2, "blocks"), "interleaved"),
+    "eomt_dinov3": ("head", AxialScaling(2, "blocks", turns=True), "half"),
+    "efficientloftr": ("hidden", AxialScaling(2, "pairs"), "interleaved"),
+}
+
 # SAM 2's memory attention: the rotary width is its own
 _MEMORY_ATTENTION = frozenset({"sam2_video", "edgetam_video", "sam3_tracker_video"})
 
 # model type -> what its modeling file does that a RoPE cannot (refused, never approximated)
-_PATCH_GRID = ("a vision rotary driven by patch coordinates that the vision model computes "
-               "(build it with rope_cos_sin(positions, inv_freq, axes=...))")
 _HUNYUAN = ("multimodal sections cut from the doubled table (cos[i] and cos[i + d/2] may turn "
             "with different axes)")
 _UNSUPPORTED = {
-    "gemma4_vision": "an axial rotary whose h and w halves each rotate half-wise (two tables "
-                     "side by side)",
-    "nanochat": "a rotate_half with flipped signs (it rotates by -theta); use "
-                "RoPE.apply(..., inverse=True) on a RoPE built with the same parameters",
-    "eomt_dinov3": _PATCH_GRID,
-    "llama4_vision_model": _PATCH_GRID,
-    "efficientloftr": _PATCH_GRID,
+    "gemma4_vision": "an axial rotary whose h and w halves of the head each rotate half-wise "
+                     "(pairs j, j + head_dim/4 within each half), a layout RoPE does not have; "
+                     "apply a RoPE(head_dim // 2) at h to x[..., :head_dim // 2] and one at w to "
+                     "the rest",
     "esmfold2": "a 3-D rotary over atom coordinates",
     "musicflamingo": "a rotary time embedding modulated by absolute timestamps",
     "hunyuan_vl": _HUNYUAN,
@@ -249,7 +258,10 @@ def rope_from_config(cls, config, layer_type=None):
     try:
         if model_type in _UNSUPPORTED:
             raise NotImplementedError(f"not expressible as a RoPE: {_UNSUPPORTED[model_type]}")
-        head_dim, kwargs = _rope_arguments(config, layer_type, model_type)
+        if model_type in _GRID:
+            head_dim, kwargs = _grid_arguments(config, model_type)
+        else:
+            head_dim, kwargs = _rope_arguments(config, layer_type, model_type)
         return cls(head_dim, **kwargs)
     except (ValueError, NotImplementedError) as e:
         raise type(e)(f"{model_type}: {e}") from None
@@ -265,4 +277,31 @@ def _rope_arguments(config, layer_type, model_type):
     n_freq = int(head_dim * prf) // 2
     layout, axes = _layout(config, model_type, rp), _axes(rp, model_type, n_freq)
     return head_dim, dict(base=base, scaling=scaling, partial_rotary_factor=prf,
-                          layout=layout, axes=axes)
+                          layout=layout, axes=axes, inverse=model_type in _INVERSE)
+
+
+def _grid_arguments(config, model_type):
+    """A vision rotary over patch coordinates (``_GRID``): a 2-D RoPE with two axes."""
+    rotated, scaling, layout = _GRID[model_type]
+    rp = _rope_parameters(config, None)
+    if rp.get("rope_type", "default") != "default":
+        raise NotImplementedError(f"rope_type {rp['rope_type']!r} on a patch-coordinate rotary")
+    head_dim, _ = _head_dim(config, model_type)
+    width = head_dim
+    if rotated == "hidden":  # EfficientLoFTR: hidden // 4 frequencies per axis
+        width = config["hidden_size"]
+        n_freq = int(head_dim * _partial_rotary_factor(rp, config, head_dim, "", None,
+                                                       model_type)) // 2
+        if 4 * n_freq != width:
+            raise ValueError(f"int(head_dim * partial_rotary_factor) / 2 = {n_freq} frequencies "
+                             f"must be hidden_size / 4 = {width / 4} (transformers' own rotary "
+                             "needs it too)")
+    if width % 4:
+        raise ValueError(f"the rotated width {width} must be a multiple of 4 (two axes)")
+    per_axis = width // 4
+    if scaling.arrangement == "pairs":
+        axes = (0, 1) * per_axis
+    else:
+        axes = (0,) * per_axis + (1,) * per_axis
+    base = rp.get("rope_theta", config.get("rope_theta", 10000.0))
+    return width, dict(base=base, scaling=scaling, layout=layout, axes=axes)

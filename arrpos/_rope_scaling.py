@@ -463,7 +463,9 @@ class AxialScaling(RopeScaling):
     times in a row (Kimi-K2.5); ``"strided"``: the 1-D frequencies ``base ** (-2i / dim)`` dealt
     round-robin, axis ``k`` taking ``i % n_axes == k``, one block per axis (Pixtral). Which
     coordinate each frequency turns with is ``RoPE(axes=...)``; ``from_hf_config`` knows both
-    for every transformers vision model with ``rope_type: "axial"`` it reproduces.
+    for every transformers vision model with ``rope_type: "axial"`` it reproduces. With
+    ``turns=True`` the frequencies count turns per unit coordinate (each times ``2 pi``): DINOv3
+    turns with patch-centre coordinates in ``[-1, 1]``.
 
     Examples
     --------
@@ -474,14 +476,21 @@ class AxialScaling(RopeScaling):
 
     n_axes: int = 2
     arrangement: str = "blocks"
+    turns: bool = False
 
     def __post_init__(self):
         self._set("n_axes", check_positive_int(self.n_axes, "n_axes"))
+        if not isinstance(self.turns, bool):
+            raise TypeError(f"turns must be a bool, got {type(self.turns).__name__}")
         if self.arrangement not in _ARRANGEMENTS:
             raise ValueError(f"arrangement must be one of {_ARRANGEMENTS}, got "
                              f"{self.arrangement!r}")
 
     def _inv_freq(self, dim, base, seq_len):
+        inv, att = self._axial_inv_freq(dim, base)
+        return (inv * (2 * math.pi) if self.turns else inv), att
+
+    def _axial_inv_freq(self, dim, base):
         n = self.n_axes
         if dim % (2 * n):
             raise ValueError(f"dim must be a multiple of 2 * n_axes = {2 * n} for "

@@ -32,8 +32,21 @@ N_POS = 12          # dummy positions per sequence, all < MAX_POS
 MAX_POS = 64
 ATOL = 2e-5         # transformers forms float32 angles: ~|p| * 2**-24 rad at p < 64
 PINNED = "5.23."  # the transformers release MIN_PASSING was counted on
-MIN_PASSING = 281  # the pass count on transformers 5.23 (of 298 rotary types): no regressions
+MIN_PASSING = 291  # the pass count on transformers 5.23 (of 298 rotary types): no regressions
 REFUSALS = (ValueError, NotImplementedError)
+# Default configs transformers' own rotary cannot run, and the values the model's checkpoint
+# (named in its configuration file) carries: checked with those instead. GLM-4 text models
+# rotate half of each 128-wide head: mrope sections [8, 12, 12] cover 32 frequencies.
+# model type -> (checkpoint, rope_parameters values, config attributes)
+CHECKPOINT_VALUES = {
+    "glm4v_text": ("zai-org/GLM-4.1V-9B-Thinking", {"partial_rotary_factor": 0.5}, {}),
+    "glm_image_text": ("zai-org/GLM-Image", {"partial_rotary_factor": 0.5}, {}),
+    "glm4v_moe_text": ("zai-org/GLM-4.5V", {"partial_rotary_factor": 0.5}, {"head_dim": 128}),
+    # the configuration's docstring: sections over half of each head, 4 axes (position,
+    # width, height, image index); arrpos must still refuse (not a rotation then)
+    "hunyuan_vl_text": ("a documented 4-axis mrope_section",
+                        {"mrope_section": [16, 16, 16, 16]}, {"head_dim": 128}),
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -234,6 +247,8 @@ def _compare(name, rope, cos, sin, q_hf, q, pos_ar, permuted):
         cos = cos.reshape((-1,) + cos.shape[-2:])[:1]
         sin = sin.reshape((-1,) + sin.shape[-2:])[:1]
         c, s = rope.cos_sin(pos_ar.astype(np.int64), dtype=np.float64)
+        if rope.inverse:  # transformers holds sin and flips the sign in its rotate_half
+            s = -s
         c, s = (_as_layout(rope, t, cos.shape[-1], permuted) for t in (c, s))
         if c.shape != cos.shape:
             return f"{name}: cos/sin shape {c.shape}, transformers {cos.shape}"
@@ -258,10 +273,17 @@ def _compare(name, rope, cos, sin, q_hf, q, pos_ar, permuted):
     return None
 
 
-def _cases(model_type):
-    """``(label, config, sub-config, rotary class, layer_type)`` for each rotary found."""
+def _cases(model_type, checkpoint=False):
+    """``(label, config, sub-config, rotary class, layer_type)`` for each rotary found; with
+    ``checkpoint``, sub-configs in CHECKPOINT_VALUES carry their checkpoint's rope values."""
     _, transformers, _ = _transformers()
     config = transformers.AutoConfig.for_model(model_type)
+    for _, sub in _configs(config) if checkpoint else ():
+        if sub.model_type in CHECKPOINT_VALUES:
+            _, rope_values, attributes = CHECKPOINT_VALUES[sub.model_type]
+            sub.rope_parameters = {**sub.rope_parameters, **rope_values}
+            for key, value in attributes.items():
+                setattr(sub, key, value)
     module = _modeling(model_type)
     classes = [c for c in _rotary_classes(module) if _takes_config(c)]
     out = []
@@ -297,6 +319,72 @@ def _user_config(label, config, sub):
     return sub
 
 
+def _grid_llama4_vision(module, emb, sub, q_of):
+    """Llama 4 vision: a fixed patch grid, coordinates (column + 1, row + 1), CLS last at 0."""
+    torch, _, _ = _transformers()
+    cis = emb(torch.zeros(1)).reshape(-1, emb.freqs_ci.shape[-1])
+    idx = sub.image_size // sub.patch_size
+    k = np.arange(idx * idx)
+    coords = np.concatenate([np.stack([k % idx + 1, k // idx + 1], -1), [[0, 0]]])
+    q = q_of(len(coords), 2 * cis.shape[-1])
+    return coords, cis.real, cis.imag, q, module.vision_apply_rotary_emb(q, q, cis)[0], -2
+
+
+def _grid_eomt_dinov3(module, emb, sub, q_of):
+    """DINOv3 in EoMT: patch-centre coordinates (y, x) in [-1, 1]; prefix tokens unrotated."""
+    torch, _, _ = _transformers()
+    n = 4  # patches per side: the centres (2k + 1) / n - 1 are exact in float32
+    emb.eval()  # in training the coordinates are randomly shifted, jittered and rescaled
+    cos, sin = emb(torch.zeros(1, 3, n * sub.patch_size, n * sub.patch_size))
+    centre = (2 * np.arange(n) + 1) / n - 1
+    grid = np.stack(np.meshgrid(centre, centre, indexing="ij"), -1).reshape(-1, 2)
+    coords = np.concatenate([np.zeros((1 + sub.num_register_tokens, 2)), grid])
+    q = q_of(len(coords), cos.shape[-1]).transpose(1, 2)  # (1, heads, tokens, D)
+    return coords, cos, sin, q, module.apply_rotary_pos_emb(q, q, cos, sin)[0], -3
+
+
+def _grid_efficientloftr(module, emb, sub, q_of):
+    """EfficientLoFTR: the whole hidden state turns with (row + 1, column + 1)."""
+    torch, _, _ = _transformers()
+    cos, sin = emb(torch.zeros(1, 1, 16, 16))
+    eh, ew = cos.shape[1:3]
+    cos, sin = cos.reshape(1, eh * ew, -1), sin.reshape(1, eh * ew, -1)
+    coords = np.stack(np.meshgrid(np.arange(eh) + 1, np.arange(ew) + 1, indexing="ij"),
+                      -1).reshape(-1, 2)
+    q = q_of(len(coords), cos.shape[-1])[:, :, :1]  # (1, tokens, 1, hidden)
+    out = module.apply_rotary_pos_emb(q, q, cos, sin, unsqueeze_dim=2)[0]
+    return coords, cos[0], sin[0], q, out, -2
+
+
+# vision rotaries driven by the patch coordinates the model computes: the harness gives them
+GRIDS = {"llama4_vision_model": _grid_llama4_vision, "eomt_dinov3": _grid_eomt_dinov3,
+         "efficientloftr": _grid_efficientloftr}
+
+
+def _check_grid(name, rope, module, emb, sub, i):
+    """None when the 2-D RoPE reproduces a patch-coordinate rotary, else what differs."""
+    torch, _, _ = _transformers()
+    gen = torch.Generator().manual_seed(i)
+
+    def q_of(n, width):  # (1, tokens, heads, width)
+        return torch.rand(1, n, 2, width, generator=gen, dtype=torch.float32) * 2 - 1
+
+    with torch.no_grad():
+        coords, cos, sin, q, q_hf, heads_axis = GRIDS[sub.model_type](module, emb, sub, q_of)
+    c, s = rope.cos_sin(coords[None].astype(np.float64), dtype=np.float64)
+    # transformers' table covers the patches (the last rows); prefix tokens turn by 0
+    c, s = (_as_layout(rope, t[0, len(coords) - len(cos):], cos.shape[-1], False)
+            for t in (c, s))
+    if c.shape != tuple(cos.shape):
+        return f"{name}: cos/sin shape {c.shape}, transformers {tuple(cos.shape)}"
+    err = max(np.abs(c - cos.double().numpy()).max(), np.abs(s - sin.double().numpy()).max())
+    if err > ATOL:
+        return f"{name}: cos/sin differ by {err:.2e}"
+    got = rope.apply(q.double().numpy(), coords[None].astype(np.float64), heads_axis=heads_axis)
+    err = np.abs(got - q_hf.double().numpy()).max()
+    return f"{name}: rotated q differs by {err:.2e}" if err > 2 * ATOL else None
+
+
 def _check_case(i, label, config, sub, emb, lt, model_type):
     """None when arrpos reproduces this rotary; else ``(status, detail)``."""
     torch, _, _ = _transformers()
@@ -307,10 +395,17 @@ def _check_case(i, label, config, sub, emb, lt, model_type):
     except REFUSALS as e:
         if not str(e).startswith(f"{sub.model_type}: "):
             return "mismatch", f"{name}: refusal not naming the model type: {e}"
+        failure = _hf_failure(emb, sub, lt, i)
+        if failure:
+            return "unrunnable", (f"transformers' own rotary fails on this config "
+                                  f"({failure}); arrpos: {type(e).__name__}: {e}")
         return "refuse", f"{type(e).__name__}: {e}"
     except Exception as e:  # noqa: BLE001 - an unclear error is a failure
         return "mismatch", f"{name}: unclear {type(e).__name__}: {e}"
     module = _modeling(model_type)
+    if sub.model_type in GRIDS:
+        return ("mismatch", problem) if (problem := _check_grid(name, rope, module, emb, sub,
+                                                                 i)) else None
     n_axes = max(rope.axes) + 1 if _is_axial(sub) and rope.axes else 0
     pos, pos_ar = _positions(_mrope_axes(type(emb), sub), i, n_axes)
     try:
@@ -337,12 +432,27 @@ def _check_case(i, label, config, sub, emb, lt, model_type):
     return ("mismatch", problem) if problem else None
 
 
-@functools.lru_cache(maxsize=None)
-def check(model_type):
-    """``("pass" | "refuse" | "mismatch" | "none", detail)`` for one model type."""
+def _hf_failure(emb, sub, lt, i):
+    """Why transformers' own rotary module fails on this config, or None when it runs (or
+    when it is not the usual ``forward(x, position_ids)``, which cannot be told here)."""
+    if list(inspect.signature(emb.forward).parameters)[:2] != ["x", "position_ids"]:
+        return None
+    n_axes = 2 if _is_axial(sub) else 0
+    pos, _ = _positions(_mrope_axes(type(emb), sub), i, n_axes)
     try:
         with _quiet():
-            cases = _cases(model_type)
+            _hf_tables(emb, pos, lt, 64)
+    except KeyError:  # this module does not serve that layer type
+        return None
+    except Exception as e:  # noqa: BLE001 - any failure of transformers' own code
+        return f"{type(e).__name__}: {e}"[:120]
+    return None
+
+
+def _check_cases(model_type, checkpoint=False):
+    try:
+        with _quiet():
+            cases = _cases(model_type, checkpoint)
     except Exception as e:  # noqa: BLE001 - the model type cannot be built offline
         return "none", f"transformers: {type(e).__name__}: {e}"[:200]
     if not cases:
@@ -354,6 +464,21 @@ def check(model_type):
     return "pass", ", ".join(sorted({c[0] for c in cases}))
 
 
+@functools.lru_cache(maxsize=None)
+def check(model_type):
+    """``(status, detail)`` for one model type; status "pass", "refuse" (a clear refusal),
+    "mismatch" (a different RoPE or an unclear error), "unrunnable" (transformers' own rotary
+    fails on the default config and arrpos refuses it) or "none" (no rotary)."""
+    status, detail = _check_cases(model_type)
+    if status == "unrunnable" and any(_modeling(model_type) is _modeling(t)
+                                      for t in CHECKPOINT_VALUES):
+        name = next(v[0] for t, v in CHECKPOINT_VALUES.items()
+                    if _modeling(model_type) is _modeling(t))
+        status, checked = _check_cases(model_type, checkpoint=True)
+        detail = f"{checked} (with {name}'s rope values; the default config: {detail})"
+    return status, detail
+
+
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
                     "rope.md")
 START, END = "<!-- hf-families:start -->", "<!-- hf-families:end -->"
@@ -363,12 +488,20 @@ def markdown(results):
     """The supported-families table of docs/rope.md."""
     _, transformers, _ = _transformers()
     rotary = {mt: r for mt, r in results.items() if r[0] != "none"}
+    runnable = [mt for mt, r in rotary.items() if r[0] != "unrunnable"]
     passing = [mt for mt, r in rotary.items() if r[0] == "pass"]
+    checkpoint = [mt for mt, r in rotary.items() if "rope values; the default config" in r[1]]
+    unrunnable = len(rotary) - len(runnable)
     lines = [START, "",
              f"transformers {transformers.__version__}: {len(rotary)} model types use rotary "
-             f"embeddings; `from_hf_config` reproduces {len(passing)} and refuses "
-             f"{len(rotary) - len(passing)} with the reason below (generated by "
-             "`python tests/hf_families.py --write-docs`).", "",
+             f"embeddings; `from_hf_config` reproduces {len(passing)} of the {len(runnable)} "
+             f"that transformers' own rotary can run "
+             f"({100 * len(passing) / max(len(runnable), 1):.1f} %) and refuses "
+             f"{len(runnable) - len(passing)} with the reason below"
+             + (f"; transformers cannot run {unrunnable} others" if unrunnable else "") + ". "
+             f"On the default config of {len(checkpoint)} of them transformers' own rotary "
+             "fails; those are checked with their checkpoint's rope values (noted in the row). "
+             "Generated by `python tests/hf_families.py --write-docs`.", "",
              "| model type | result |", "|---|---|"]
     for mt, (status, detail) in sorted(rotary.items()):
         what = f"reproduced ({detail})" if status == "pass" else f"{status}: {detail}"
@@ -399,7 +532,10 @@ def main(argv):
     for status, _ in results.values():
         counts[status] = counts.get(status, 0) + 1
     rotary = sum(v for k, v in counts.items() if k != "none")
-    print(f"# {counts}; rotary types {rotary}, passing {counts.get('pass', 0)}", file=sys.stderr)
+    runnable = rotary - counts.get("unrunnable", 0)
+    print(f"# {counts}; rotary types {rotary}, runnable by transformers {runnable}, passing "
+          f"{counts.get('pass', 0)} ({100 * counts.get('pass', 0) / max(runnable, 1):.1f} %)",
+          file=sys.stderr)
     if "--write-docs" in argv:
         write_docs(results)
 

@@ -71,8 +71,6 @@ def test_mrope_defaults_by_model_type():
 
 
 @pytest.mark.parametrize("cfg, error, words", [
-    ({"model_type": "nanochat", "hidden_size": 64, "num_attention_heads": 2},
-     NotImplementedError, "flipped"),
     ({"model_type": "some_vision", "hidden_size": 64, "num_attention_heads": 2,
       "rope_parameters": {"rope_type": "axial"}}, NotImplementedError, "axial"),
     ({"model_type": "glm4_moe", "hidden_size": 84, "num_attention_heads": 2,
@@ -82,6 +80,31 @@ def test_mrope_defaults_by_model_type():
 def test_refusals_name_the_model_type(cfg, error, words):
     with pytest.raises(error, match=f"^{cfg['model_type']}: .*{words}"):
         arrpos.RoPE.from_hf_config(cfg)
+
+
+def test_inverse_rotation():
+    """RoPE(inverse=True) rotates by -theta: a float64 loop of NanoChat's flipped rotate_half
+    (q * cos + cat(x2, -x1) * sin)."""
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(0)
+    x, pos = rng.standard_normal((5, 8)), np.arange(5) * 7
+    want = np.empty_like(x)
+    for p in range(5):
+        for i in range(4):
+            th = pos[p] * 100.0 ** (-2 * i / 8)
+            a, b = x[p, i], x[p, i + 4]
+            want[p, i] = a * np.cos(th) + b * np.sin(th)
+            want[p, i + 4] = b * np.cos(th) - a * np.sin(th)
+    rope = arrpos.RoPE(8, base=100.0, inverse=True)
+    assert np.abs(rope.apply(x, pos, heads_axis=None) - want).max() < 1e-13
+    back = rope.apply(want, pos, heads_axis=None, inverse=True)
+    assert np.abs(back - x).max() < 1e-13
+    assert rope != arrpos.RoPE(8, base=100.0) and "inverse=True" in repr(rope)
+    nano = arrpos.RoPE.from_hf_config({"model_type": "nanochat", "hidden_size": 64,
+                                       "num_attention_heads": 2})
+    assert nano.inverse and nano.head_dim == 32
+    with pytest.raises(TypeError, match="inverse"):
+        arrpos.RoPE(8, inverse=1)
 
 
 def test_axial_frequencies():
@@ -105,3 +128,27 @@ def test_axial_vision_config():
     rope = arrpos.RoPE.from_hf_config(qwen)
     assert rope.head_dim == 32 and rope.scaling == arrpos.AxialScaling(2)
     assert rope.axes == (0,) * 8 + (1,) * 8 and rope.layout == "half"
+
+
+def test_patch_coordinate_vision_configs():
+    """Llama 4 vision / DINOv3 / EfficientLoFTR: 2-D RoPEs over the model's own coordinates."""
+    import math
+
+    inv, _ = arrpos.rope_frequencies(8, base=100.0, scaling=arrpos.AxialScaling(2, turns=True))
+    assert inv.tolist() == pytest.approx([2 * math.pi * f for f in (1.0, 0.1)] * 2, rel=1e-15)
+    dino = arrpos.RoPE.from_hf_config({"model_type": "eomt_dinov3", "hidden_size": 64,
+                                       "num_attention_heads": 2,
+                                       "rope_parameters": {"rope_type": "default",
+                                                           "rope_theta": 100.0}})
+    assert dino.head_dim == 32 and dino.layout == "half" and dino.scaling.turns
+    assert dino.axes == (0,) * 8 + (1,) * 8
+    loftr = {"model_type": "efficientloftr", "hidden_size": 64, "num_attention_heads": 8,
+             "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                 "partial_rotary_factor": 4.0}}
+    rope = arrpos.RoPE.from_hf_config(loftr)  # the whole hidden state: 16 frequencies per axis
+    assert rope.head_dim == 64 and rope.axes == (0, 1) * 16 and rope.layout == "interleaved"
+    loftr["rope_parameters"]["partial_rotary_factor"] = 1.0
+    with pytest.raises(ValueError, match="^efficientloftr: .*hidden_size / 4"):
+        arrpos.RoPE.from_hf_config(loftr)
+    with pytest.raises(TypeError, match="turns"):
+        arrpos.AxialScaling(2, turns=1)
