@@ -553,7 +553,7 @@ def _check_out(xp, x, out, x_name="x", out_name="out"):
 
 def _signature(*arrays):
     """What the memoised checks depend on: the shapes and dtypes (None stays None)."""
-    return tuple(None if a is None else (a.shape, a.dtype) for a in arrays)
+    return tuple([None if a is None else (a.shape, a.dtype) for a in arrays])  # list: faster
 
 
 def _bool_key(flag):
@@ -759,10 +759,12 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
                          _bool_key(inverse)),
                 lambda: _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout,
                                            inverse, out))
-    _check_ids_in_range(xp, position_ids, cos_cache.shape[0])
-    return _dispatch.call("apply_rope_cached", xp, x, cos_cache, sin_cache, position_ids,
-                          arrays=(x, cos_cache, sin_cache, position_ids, out),
-                          layout=layout, inverse=inverse, out=out)
+    # the id range is read here only when the serving kernel does not check it itself
+    return _dispatch.call_checked(
+        "apply_rope_cached", xp,
+        lambda: _check_ids_in_range(xp, position_ids, cos_cache.shape[0]),
+        x, cos_cache, sin_cache, position_ids, arrays=(x, cos_cache, sin_cache, position_ids, out),
+        layout=layout, inverse=inverse, out=out)
 
 
 def _check_pair(out):
@@ -935,6 +937,89 @@ def xpos_scale(positions, dim, /, *, scale_base=512.0, layout="half", dtype=None
                           dtype=dtype)
 
 
+# ---- RoPE.apply's half-width cos/sin caches (decode from positions: one fused call) ------
+#
+# _TABLES maps (RoPE, namespace id, device, dtype, frequency key) to (rows, cos_cache,
+# sin_cache): rows 0 .. rows-1 of the exact tables of ``RoPE.cos_sin`` (the very code of the
+# table path), cut to their first R/2 columns. ``rows`` is a power of two >= _MIN_ROWS that grows
+# by doubling to cover the largest position seen; a cache is never written after it is made
+# (growth makes a new one and swaps the tuple), so threads racing on a miss each build a
+# correct table and the last one stays. Memory: one entry is at most _MAX_CACHE_BYTES (larger
+# positions take the table path), at most _MAX_ENTRIES entries (oldest dropped first).
+# _FAST finds an entry by the RoPE's id without hashing the RoPE (its entry keeps it alive,
+# so the id cannot be reused while it is there).
+_MIN_ROWS = 1024
+_MAX_CACHE_BYTES = 64 << 20
+_MAX_ENTRIES = 16
+_TABLES: dict = {}
+_FAST: dict = {}
+_SEEN: set = set()  # seq-dependent frequency keys met once (a cache is built on the second)
+
+
+@functools.lru_cache(maxsize=256)
+def _frequency_key(rope, seq_len):
+    """What a seq-dependent scaling's tables depend on: its frequencies at ``seq_len``."""
+    inv, att = _host_frequencies(rope.rotary_dim, rope.base, rope.scaling, seq_len)
+    return inv.tobytes(), float(att)
+
+
+def _id_range(xp, pos):
+    """Smallest and largest id of an eager, non-empty integer array."""
+    if math.prod(pos.shape) == 1:
+        v = int(pos[(0,) * pos.ndim])
+        return v, v
+    return int(xp.min(pos)), int(xp.max(pos))
+
+
+def _cache_for(rope, xp, dev, dtype, hi, seq_len):
+    """``(cos_cache, sin_cache)`` of ``rope`` covering ids ``0 .. hi``, or None (table path)."""
+    fkey = None
+    if rope.scaling is not None and rope.scaling.seq_dependent:
+        fkey = _frequency_key(rope, hi + 1 if seq_len is None else seq_len)
+    fast = (id(rope), id(xp), dev, dtype, fkey)
+    hit = _FAST.get(fast)
+    if hit is not None and hit[0] is rope and hi < hit[1][0]:
+        return hit[1][1], hit[1][2]
+    key = (rope, id(xp), dev, dtype, fkey)
+    entry = _TABLES.get(key)
+    if entry is None or hi >= entry[0]:
+        if fkey is not None and key not in _SEEN:  # dynamic NTK: new frequencies every step
+            if len(_SEEN) >= 4096:
+                _SEEN.clear()
+            _SEEN.add(key)
+            return None
+        entry = _build_cache(rope, xp, dev, dtype, hi, seq_len, fkey)
+        if entry is None:
+            return None
+        while len(_TABLES) >= _MAX_ENTRIES:
+            _TABLES.pop(next(iter(_TABLES), None), None)
+            _FAST.clear()
+        _TABLES[key] = entry
+    if len(_FAST) >= 4 * _MAX_ENTRIES:
+        _FAST.clear()
+    _FAST[fast] = (rope, entry)
+    return entry[1], entry[2]
+
+
+def _build_cache(rope, xp, dev, dtype, hi, seq_len, fkey):
+    """A new (rows, cos_cache, sin_cache) from the table path, or None when too large."""
+    rows = max(_MIN_ROWS, 1 << hi.bit_length())  # a power of two > hi
+    half = rope.rotary_dim // 2
+    if 2 * rows * half * (xp.finfo(dtype).bits // 8) > _MAX_CACHE_BYTES:
+        return None
+    if fkey is not None and seq_len is None:
+        seq_len = hi + 1  # the seq_len whose frequencies fkey holds
+    # Rows in an order where no block of 64 follows the one before it: a table kernel may
+    # step from one block of consecutive rows to the next, and each row must be the one a
+    # lone position gets (the decode step's table path), bit for bit.
+    order = np.arange(rows).reshape(-1, 64)
+    order = np.concatenate([order[0::2], order[1::2]]).reshape(-1)
+    cos, sin = rope.cos_sin(xp.asarray(order, device=dev), dtype=dtype, seq_len=seq_len)
+    cut = slice(0, half) if rope.layout == "half" else slice(0, 2 * half, 2)
+    back = xp.asarray(np.argsort(order), device=dev)
+    return (rows, xp.take(cos[:, cut], back, axis=0), xp.take(sin[:, cut], back, axis=0))
+
+
 class RoPE:
     """Rotary embedding of one attention layer: frequencies, tables and application together.
 
@@ -1096,12 +1181,42 @@ class RoPE:
                                  f"(x.ndim = {x.ndim}), got {heads_axis}")
         if not hasattr(positions, "shape"):
             positions = as_positions(xp, positions, "positions", device=device_of(x))
+        y = self._apply_cached(xp, x, positions, heads_axis, inverse, out, seq_len)
+        if y is not None:
+            return y
         cos, sin = self.cos_sin(positions, dtype=x.dtype, seq_len=seq_len)
         if heads_axis is not None:
             # a length-1 heads axis at the same place counted from the end
             cos = xp.expand_dims(cos, axis=cos.ndim + ax + 1)
             sin = xp.expand_dims(sin, axis=sin.ndim + ax + 1)
         return apply_rope(x, cos, sin, layout=self.layout, inverse=inverse, out=out)
+
+    def _apply_cached(self, xp, x, positions, heads_axis, inverse, out, seq_len):
+        """:meth:`apply` as one gather-and-rotate from this RoPE's cache (see ``_cache_for``),
+        or None where the table path serves: multimodal axes, non-integer, lazy, empty or
+        negative positions, ids that do not broadcast to ``x``, caches past the size limit."""
+        if (self.axes is not None or not hasattr(positions, "dtype") or is_lazy(positions)
+                or not xp.isdtype(positions.dtype, "integral") or not math.prod(positions.shape)):
+            return None
+        lo, hi = _id_range(xp, positions)
+        if lo < 0:
+            return None
+        ids = positions
+        if heads_axis is not None:  # the heads axis of x, counted from the end of the ids
+            after = -(heads_axis if heads_axis < 0 else heads_axis - x.ndim) - 2
+            if ids.ndim < after:
+                return None
+            ids = ids[(...,) + (None,) + (slice(None),) * after]
+        if not _broadcastable_into(tuple(ids.shape), tuple(x.shape[:-1])):
+            return None  # the table path raises its own message
+        tables = _cache_for(self, xp, device_of(x), x.dtype, hi, seq_len)
+        if tables is None:
+            return None
+        _memo_check(lambda: ("RoPE.apply", id(xp), _signature(x, out)),
+                    lambda: _check_out(xp, x, out))
+        return _dispatch.call("apply_rope_cached", xp, x, tables[0], tables[1], ids,
+                              arrays=(x, tables[0], tables[1], ids, out), layout=self.layout,
+                              inverse=inverse, out=out)
 
     @classmethod
     def from_hf_config(cls, config, *, layer_type=None):

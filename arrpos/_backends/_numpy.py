@@ -29,6 +29,9 @@ _TABLE_DTYPE = {_F32: np.dtype(np.float32), _F64: np.dtype(np.float64),
 _OPS = frozenset({"sinusoid_table", "rope_cos_sin", "apply_rope", "apply_rope_cached",
                   "apply_rope_qk"})
 _NP_XP = None
+# ops whose kernels reject bad values themselves (ids outside the cache: ValueError), so the
+# public function skips its own pass over them (``_dispatch.call_checked``)
+VALIDATES = frozenset({"apply_rope_cached"})
 
 
 def _dtype_codes() -> dict:
