@@ -1020,6 +1020,40 @@ def _build_cache(rope, xp, dev, dtype, hi, seq_len, fkey):
     return (rows, xp.take(cos[:, cut], back, axis=0), xp.take(sin[:, cut], back, axis=0))
 
 
+_PLANS: dict = {}  # RoPE.apply's argument signature -> (xp, ids index, device) or False
+
+
+def _decode_plan(x, positions, heads_axis, out):
+    """Whether RoPE.apply may take the cache path for this signature: ``(xp, index that
+    inserts the heads axis into the ids, device)``, else False (the table path decides)."""
+    try:
+        xp = array_namespace(x, positions, out, name="x, positions and out")
+        _check_array(xp, x, "x")
+        check_real_array(xp, x, "x", integer_ok=False)
+        check_real_array(xp, positions, "positions")
+        _check_out(xp, x, out)
+    except (TypeError, ValueError):
+        return False
+    if (is_lazy(x) or is_lazy(positions) or not xp.isdtype(positions.dtype, "integral")
+            or not math.prod(positions.shape) or device_of(positions) != device_of(x)):
+        return False
+    index = None
+    if heads_axis is not None:  # the heads axis of x, counted from the end of the ids
+        if isinstance(heads_axis, bool) or not isinstance(heads_axis, numbers.Integral):
+            return False
+        ax = int(heads_axis) - x.ndim if heads_axis >= 0 else int(heads_axis)
+        after = -ax - 2
+        if not -x.ndim <= ax <= -2 or positions.ndim < after:
+            return False
+        index = (...,) + (None,) + (slice(None),) * after
+    ids_shape = tuple(positions.shape) if index is None else (
+        tuple(positions.shape[:positions.ndim - after]) + (1,)
+        + tuple(positions.shape[positions.ndim - after:]))
+    if not _broadcastable_into(ids_shape, tuple(x.shape[:-1])):
+        return False
+    return xp, index, device_of(x)
+
+
 class RoPE:
     """Rotary embedding of one attention layer: frequencies, tables and application together.
 
@@ -1169,6 +1203,9 @@ class RoPE:
         seq_len : int, optional
             As :meth:`cos_sin`.
         """
+        y = self._decode(x, positions, heads_axis, inverse, out, seq_len)
+        if y is not None:  # integer positions: one gather-and-rotate from the cached tables
+            return y
         xp = array_namespace(x, name="x")
         _check_array(xp, x, "x")
         check_real_array(xp, x, "x", integer_ok=False)
@@ -1181,9 +1218,6 @@ class RoPE:
                                  f"(x.ndim = {x.ndim}), got {heads_axis}")
         if not hasattr(positions, "shape"):
             positions = as_positions(xp, positions, "positions", device=device_of(x))
-        y = self._apply_cached(xp, x, positions, heads_axis, inverse, out, seq_len)
-        if y is not None:
-            return y
         cos, sin = self.cos_sin(positions, dtype=x.dtype, seq_len=seq_len)
         if heads_axis is not None:
             # a length-1 heads axis at the same place counted from the end
@@ -1191,29 +1225,37 @@ class RoPE:
             sin = xp.expand_dims(sin, axis=sin.ndim + ax + 1)
         return apply_rope(x, cos, sin, layout=self.layout, inverse=inverse, out=out)
 
-    def _apply_cached(self, xp, x, positions, heads_axis, inverse, out, seq_len):
-        """:meth:`apply` as one gather-and-rotate from this RoPE's cache (see ``_cache_for``),
-        or None where the table path serves: multimodal axes, non-integer, lazy, empty or
-        negative positions, ids that do not broadcast to ``x``, caches past the size limit."""
-        if (self.axes is not None or not hasattr(positions, "dtype") or is_lazy(positions)
-                or not xp.isdtype(positions.dtype, "integral") or not math.prod(positions.shape)):
+    def _decode(self, x, positions, heads_axis, inverse, out, seq_len):
+        """:meth:`apply` as one gather-and-rotate from this RoPE's cache (``_cache_for``), or
+        None where the table path serves (and raises): multimodal axes, non-integer, lazy,
+        empty or negative positions, anything :meth:`apply` would reject, caches past the size
+        limit. What depends only on the types, shapes and dtypes is decided once per
+        signature (``_decode_plan``)."""
+        if self.axes is not None or type(inverse) is not bool or (
+                seq_len is not None and (type(seq_len) is not int or seq_len < 1)):
             return None
+        try:
+            key = (type(x), x.shape, x.dtype, getattr(x, "device", None), type(positions),
+                   positions.shape, positions.dtype, getattr(positions, "device", None),
+                   heads_axis, None if out is None else
+                   (type(out), out.shape, out.dtype, getattr(out, "device", None)))
+            plan = _PLANS.get(key)
+        except (AttributeError, TypeError):  # not arrays, or unhashable: the table path says
+            return None
+        if plan is None:
+            plan = _decode_plan(x, positions, heads_axis, out)
+            if len(_PLANS) < 4096:
+                _PLANS[key] = plan
+        if not plan:
+            return None
+        xp, index, dev = plan
         lo, hi = _id_range(xp, positions)
         if lo < 0:
             return None
-        ids = positions
-        if heads_axis is not None:  # the heads axis of x, counted from the end of the ids
-            after = -(heads_axis if heads_axis < 0 else heads_axis - x.ndim) - 2
-            if ids.ndim < after:
-                return None
-            ids = ids[(...,) + (None,) + (slice(None),) * after]
-        if not _broadcastable_into(tuple(ids.shape), tuple(x.shape[:-1])):
-            return None  # the table path raises its own message
-        tables = _cache_for(self, xp, device_of(x), x.dtype, hi, seq_len)
+        tables = _cache_for(self, xp, dev, x.dtype, hi, seq_len)
         if tables is None:
             return None
-        _memo_check(lambda: ("RoPE.apply", id(xp), _signature(x, out)),
-                    lambda: _check_out(xp, x, out))
+        ids = positions if index is None else positions[index]
         return _dispatch.call("apply_rope_cached", xp, x, tables[0], tables[1], ids,
                               arrays=(x, tables[0], tables[1], ids, out), layout=self.layout,
                               inverse=inverse, out=out)
