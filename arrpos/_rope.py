@@ -752,19 +752,40 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
     >>> bool(np.allclose(y, ref, rtol=0, atol=1e-15))
     True
     """
-    xp = array_namespace(x, cos_cache, sin_cache, position_ids, out,
-                         name="x, cos_cache, sin_cache, position_ids and out")
-    _memo_check(lambda: ("apply_rope_cached", id(xp),
-                         _signature(x, cos_cache, sin_cache, position_ids, out), layout,
-                         _bool_key(inverse)),
-                lambda: _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout,
-                                           inverse, out))
-    # the id range is read here only when the serving kernel does not check it itself
-    return _dispatch.call_checked(
-        "apply_rope_cached", xp,
-        lambda: _check_ids_in_range(xp, position_ids, cos_cache.shape[0]),
-        x, cos_cache, sin_cache, position_ids, arrays=(x, cos_cache, sin_cache, position_ids, out),
-        layout=layout, inverse=inverse, out=out)
+    try:  # a decode step repeats one signature: validate and choose the kernel once for it
+        key = (layout, _bool_key(inverse)) + _array_key(x) + _array_key(cos_cache) + _array_key(
+            sin_cache) + _array_key(position_ids) + (None if out is None else _array_key(out))
+        plan = _CACHED_PLANS.get(key)
+    except (AttributeError, TypeError):  # not arrays or unhashable: validation names them
+        key = plan = None
+    if plan is None:
+        xp = array_namespace(x, cos_cache, sin_cache, position_ids, out,
+                             name="x, cos_cache, sin_cache, position_ids and out")
+        _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout, inverse, out)
+        plan = (xp,) + _dispatch.bind("apply_rope_cached", xp,
+                                      arrays=(x, cos_cache, sin_cache, position_ids, out),
+                                      layout=layout, inverse=inverse, out=out)
+        if key is not None and len(_CACHED_PLANS) < 4096:
+            _CACHED_PLANS[key] = plan
+    xp, run, kernel_checks_ids = plan
+    if not kernel_checks_ids:
+        _check_ids_in_range(xp, position_ids, cos_cache.shape[0])
+    try:
+        return run(x, cos_cache, sin_cache, position_ids,
+                   arrays=(x, cos_cache, sin_cache, position_ids, out), layout=layout,
+                   inverse=inverse, out=out)
+    except ValueError:
+        if kernel_checks_ids:  # it rejected an id outside the cache: name the value
+            _check_ids_in_range(xp, position_ids, cos_cache.shape[0])
+        raise
+
+
+_CACHED_PLANS: dict = {}  # apply_rope_cached's signature -> (xp, run, kernel checks ids)
+
+
+def _array_key(a):
+    """What a plan depends on of one array: its type, shape, dtype and device."""
+    return (type(a), a.shape, a.dtype, getattr(a, "device", None))
 
 
 def _check_pair(out):
@@ -1023,9 +1044,10 @@ def _build_cache(rope, xp, dev, dtype, hi, seq_len, fkey):
 _PLANS: dict = {}  # RoPE.apply's argument signature -> (xp, ids index, device) or False
 
 
-def _decode_plan(x, positions, heads_axis, out):
+def _decode_plan(x, positions, heads_axis, out, layout, inverse):
     """Whether RoPE.apply may take the cache path for this signature: ``(xp, index that
-    inserts the heads axis into the ids, device)``, else False (the table path decides)."""
+    inserts the heads axis into the ids, device, the bound apply_rope_cached)``, else False
+    (the table path decides). The tables are made like ``x`` (its type, dtype and device)."""
     try:
         xp = array_namespace(x, positions, out, name="x, positions and out")
         _check_array(xp, x, "x")
@@ -1051,7 +1073,9 @@ def _decode_plan(x, positions, heads_axis, out):
         + tuple(positions.shape[positions.ndim - after:]))
     if not _broadcastable_into(ids_shape, tuple(x.shape[:-1])):
         return False
-    return xp, index, device_of(x)
+    run, _ = _dispatch.bind("apply_rope_cached", xp, arrays=(x, x, x, positions, out),
+                            layout=layout, inverse=inverse, out=out)
+    return xp, index, device_of(x), run
 
 
 class RoPE:
@@ -1238,17 +1262,18 @@ class RoPE:
             key = (type(x), x.shape, x.dtype, getattr(x, "device", None), type(positions),
                    positions.shape, positions.dtype, getattr(positions, "device", None),
                    heads_axis, None if out is None else
-                   (type(out), out.shape, out.dtype, getattr(out, "device", None)))
+                   (type(out), out.shape, out.dtype, getattr(out, "device", None)),
+                   self.layout, inverse)
             plan = _PLANS.get(key)
         except (AttributeError, TypeError):  # not arrays, or unhashable: the table path says
             return None
         if plan is None:
-            plan = _decode_plan(x, positions, heads_axis, out)
+            plan = _decode_plan(x, positions, heads_axis, out, self.layout, inverse)
             if len(_PLANS) < 4096:
                 _PLANS[key] = plan
         if not plan:
             return None
-        xp, index, dev = plan
+        xp, index, dev, run = plan
         lo, hi = _id_range(xp, positions)
         if lo < 0:
             return None
@@ -1256,9 +1281,8 @@ class RoPE:
         if tables is None:
             return None
         ids = positions if index is None else positions[index]
-        return _dispatch.call("apply_rope_cached", xp, x, tables[0], tables[1], ids,
-                              arrays=(x, tables[0], tables[1], ids, out), layout=self.layout,
-                              inverse=inverse, out=out)
+        return run(x, tables[0], tables[1], ids, arrays=(x, tables[0], tables[1], ids, out),
+                   layout=self.layout, inverse=inverse, out=out)
 
     @classmethod
     def from_hf_config(cls, config, *, layer_type=None):
