@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import operator
 from decimal import Decimal, localcontext
 
 import numpy as np
@@ -753,8 +754,11 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
     True
     """
     try:  # a decode step repeats one signature: validate and choose the kernel once for it
-        key = (layout, _bool_key(inverse)) + _array_key(x) + _array_key(cos_cache) + _array_key(
-            sin_cache) + _array_key(position_ids) + (None if out is None else _array_key(out))
+        key = (layout, inverse, type(inverse), type(x), x.shape, x.dtype, _device(x),
+               type(cos_cache), cos_cache.shape, cos_cache.dtype, _device(cos_cache),
+               type(sin_cache), sin_cache.shape, sin_cache.dtype, _device(sin_cache),
+               type(position_ids), position_ids.shape, position_ids.dtype, _device(position_ids),
+               None if out is None else (type(out), out.shape, out.dtype, _device(out)))
         plan = _CACHED_PLANS.get(key)
     except (AttributeError, TypeError):  # not arrays or unhashable: validation names them
         key = plan = None
@@ -783,9 +787,7 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
 _CACHED_PLANS: dict = {}  # apply_rope_cached's signature -> (xp, run, kernel checks ids)
 
 
-def _array_key(a):
-    """What a plan depends on of one array: its type, shape, dtype and device."""
-    return (type(a), a.shape, a.dtype, getattr(a, "device", None))
+_device = operator.attrgetter("device")  # in plan keys; arrays without one are validated
 
 
 def _check_pair(out):
