@@ -20,8 +20,8 @@ import os
 from ._backends import Unsupported, _xp
 from ._lib import backend_name
 
-__all__ = ["ADAPTERS", "Unsupported", "adapter", "adapter_status", "bind", "call",
-           "candidates",
+__all__ = ["ADAPTERS", "Unsupported", "adapter", "adapter_status", "call",
+           "call_checked", "candidates",
            "choose", "compiled_available", "compiled_threads", "extensions_disabled"]
 
 # namespace kind (``_lib.backend_name``) -> adapter modules of ``arrpos._backends``, tried in order
@@ -82,24 +82,23 @@ def call(op: str, xp, /, *args, arrays=(), **kwargs):
     return getattr(_xp, op)(*args, xp=xp, **kwargs)
 
 
-def bind(op: str, xp, /, arrays=(), **kwargs):
-    """``(run, validates)``: ``run(*args, arrays=..., **kwargs)`` calls ``op`` on the module
-    ``call`` would try first for arguments of these types, dtypes and options (decided once:
-    a decode step repeats one signature), and ``call`` itself when that module raises
-    ``Unsupported`` late (a memory layout); ``validates``: whether that module checks ``op``'s
-    values itself (its ``VALIDATES`` names ``op``)."""
-    mod = choose(op, xp, arrays, **kwargs)
-    fn = getattr(mod, op)
-    if mod is _xp:
-        return (lambda *args, arrays=(), **kw: fn(*args, xp=xp, **kw)), False
-
-    def run(*args, arrays=(), **kw):
-        try:
-            return fn(*args, xp=xp, **kw)
-        except Unsupported:
-            return call(op, xp, *args, arrays=arrays, **kw)
-
-    return run, op in getattr(mod, "VALIDATES", ())
+def call_checked(op: str, xp, check, /, *args, arrays=(), **kwargs):
+    """``call``, running ``check()`` first unless the module that serves the call validates
+    ``op``'s values itself (``op`` in its ``VALIDATES``: a kernel that rejects ids outside
+    the cache while it gathers), so a decode step reads its ids once, not twice."""
+    checked = False
+    for mod in candidates(xp):
+        if mod.supports(op, arrays, **kwargs):
+            if not checked and op not in getattr(mod, "VALIDATES", ()):
+                check()
+                checked = True
+            try:
+                return getattr(mod, op)(*args, xp=xp, **kwargs)
+            except Unsupported:
+                continue
+    if not checked:
+        check()
+    return getattr(_xp, op)(*args, xp=xp, **kwargs)
 
 
 def choose(op: str, xp, /, arrays=(), **kwargs):

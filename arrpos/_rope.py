@@ -753,7 +753,7 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
     >>> bool(np.allclose(y, ref, rtol=0, atol=1e-15))
     True
     """
-    try:  # a decode step repeats one signature: validate and choose the kernel once for it
+    try:  # a decode step repeats one signature: its shapes and kinds are validated once
         key = (layout, inverse, type(inverse), type(x), x.shape, x.dtype, _device(x),
                type(cos_cache), cos_cache.shape, cos_cache.dtype, _device(cos_cache),
                type(sin_cache), sin_cache.shape, sin_cache.dtype, _device(sin_cache),
@@ -766,25 +766,21 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
         xp = array_namespace(x, cos_cache, sin_cache, position_ids, out,
                              name="x, cos_cache, sin_cache, position_ids and out")
         _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout, inverse, out)
-        plan = (xp,) + _dispatch.bind("apply_rope_cached", xp,
-                                      arrays=(x, cos_cache, sin_cache, position_ids, out),
-                                      layout=layout, inverse=inverse, out=out)
+        plan = xp
         if key is not None and len(_CACHED_PLANS) < 4096:
             _CACHED_PLANS[key] = plan
-    xp, run, kernel_checks_ids = plan
-    if not kernel_checks_ids:
-        _check_ids_in_range(xp, position_ids, cos_cache.shape[0])
-    try:
-        return run(x, cos_cache, sin_cache, position_ids,
-                   arrays=(x, cos_cache, sin_cache, position_ids, out), layout=layout,
-                   inverse=inverse, out=out)
+    check = lambda: _check_ids_in_range(plan, position_ids, cos_cache.shape[0])  # noqa: E731
+    try:  # the ids are read here only when the serving kernel does not check them itself
+        return _dispatch.call_checked(
+            "apply_rope_cached", plan, check, x, cos_cache, sin_cache, position_ids,
+            arrays=(x, cos_cache, sin_cache, position_ids, out), layout=layout,
+            inverse=inverse, out=out)
     except ValueError:
-        if kernel_checks_ids:  # it rejected an id outside the cache: name the value
-            _check_ids_in_range(xp, position_ids, cos_cache.shape[0])
+        check()  # a kernel rejected an id: name it
         raise
 
 
-_CACHED_PLANS: dict = {}  # apply_rope_cached's signature -> (xp, run, kernel checks ids)
+_CACHED_PLANS: dict = {}  # apply_rope_cached's validated signatures -> their namespace
 
 
 _device = operator.attrgetter("device")  # in plan keys; arrays without one are validated
@@ -1046,10 +1042,9 @@ def _build_cache(rope, xp, dev, dtype, hi, seq_len, fkey):
 _PLANS: dict = {}  # RoPE.apply's argument signature -> (xp, ids index, device) or False
 
 
-def _decode_plan(x, positions, heads_axis, out, layout, inverse):
+def _decode_plan(x, positions, heads_axis, out):
     """Whether RoPE.apply may take the cache path for this signature: ``(xp, index that
-    inserts the heads axis into the ids, device, the bound apply_rope_cached)``, else False
-    (the table path decides). The tables are made like ``x`` (its type, dtype and device)."""
+    inserts the heads axis into the ids, device)``, else False (the table path decides)."""
     try:
         xp = array_namespace(x, positions, out, name="x, positions and out")
         _check_array(xp, x, "x")
@@ -1075,9 +1070,7 @@ def _decode_plan(x, positions, heads_axis, out, layout, inverse):
         + tuple(positions.shape[positions.ndim - after:]))
     if not _broadcastable_into(ids_shape, tuple(x.shape[:-1])):
         return False
-    run, _ = _dispatch.bind("apply_rope_cached", xp, arrays=(x, x, x, positions, out),
-                            layout=layout, inverse=inverse, out=out)
-    return xp, index, device_of(x), run
+    return xp, index, device_of(x)
 
 
 class RoPE:
@@ -1270,12 +1263,12 @@ class RoPE:
         except (AttributeError, TypeError):  # not arrays, or unhashable: the table path says
             return None
         if plan is None:
-            plan = _decode_plan(x, positions, heads_axis, out, self.layout, inverse)
+            plan = _decode_plan(x, positions, heads_axis, out)
             if len(_PLANS) < 4096:
                 _PLANS[key] = plan
         if not plan:
             return None
-        xp, index, dev, run = plan
+        xp, index, dev = plan
         lo, hi = _id_range(xp, positions)
         if lo < 0:
             return None
@@ -1283,8 +1276,9 @@ class RoPE:
         if tables is None:
             return None
         ids = positions if index is None else positions[index]
-        return run(x, tables[0], tables[1], ids, arrays=(x, tables[0], tables[1], ids, out),
-                   layout=self.layout, inverse=inverse, out=out)
+        return _dispatch.call("apply_rope_cached", xp, x, tables[0], tables[1], ids,
+                              arrays=(x, tables[0], tables[1], ids, out), layout=self.layout,
+                              inverse=inverse, out=out)
 
     @classmethod
     def from_hf_config(cls, config, *, layer_type=None):

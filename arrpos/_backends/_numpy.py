@@ -30,7 +30,7 @@ _OPS = frozenset({"sinusoid_table", "rope_cos_sin", "apply_rope", "apply_rope_ca
                   "apply_rope_qk"})
 _NP_XP = None
 # ops whose kernels reject bad values themselves (ids outside the cache: ValueError), so the
-# public function skips its own pass over them (``_dispatch.bind``)
+# public function skips its own pass over them (``_dispatch.call_checked``)
 VALIDATES = frozenset({"apply_rope_cached"})
 
 
