@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import operator
 from decimal import Decimal, localcontext
 
 import numpy as np
@@ -754,11 +753,11 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
     True
     """
     try:  # a decode step repeats one signature: its shapes and kinds are validated once
-        key = (layout, inverse, type(inverse), type(x), x.shape, x.dtype, _device(x),
-               type(cos_cache), cos_cache.shape, cos_cache.dtype, _device(cos_cache),
-               type(sin_cache), sin_cache.shape, sin_cache.dtype, _device(sin_cache),
-               type(position_ids), position_ids.shape, position_ids.dtype, _device(position_ids),
-               None if out is None else (type(out), out.shape, out.dtype, _device(out)))
+        key = (layout, inverse, type(inverse), type(x), x.shape, x.dtype,
+               type(cos_cache), cos_cache.shape, cos_cache.dtype,
+               type(sin_cache), sin_cache.shape, sin_cache.dtype,
+               type(position_ids), position_ids.shape, position_ids.dtype,
+               None if out is None else (type(out), out.shape, out.dtype))
         plan = _CACHED_PLANS.get(key)
     except (AttributeError, TypeError):  # not arrays or unhashable: validation names them
         key = plan = None
@@ -783,7 +782,6 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
 _CACHED_PLANS: dict = {}  # apply_rope_cached's validated signatures -> their namespace
 
 
-_device = operator.attrgetter("device")  # in plan keys; arrays without one are validated
 
 
 def _check_pair(out):
