@@ -1219,6 +1219,16 @@ class RoPE:
             As :func:`apply_rope`.
         seq_len : int, optional
             As :meth:`cos_sin`.
+
+        Notes
+        -----
+        Integer positions (eager arrays) are served from half-width cos/sin caches kept per
+        namespace, device and dtype (and per frequency set for the dynamic NTK and LongRoPE
+        scalings), made by :meth:`cos_sin` itself so each row is what the table path gives a
+        lone position; a step is then one :func:`apply_rope_cached` call. A cache holds a
+        power of two >= 1024 rows covering the largest position seen, doubling as positions
+        grow, at most 64 MiB (farther positions take the table path); at most 16 caches are
+        kept. Real, negative, lazy positions and multimodal ``axes`` take the table path.
         """
         y = self._decode(x, positions, heads_axis, inverse, out, seq_len)
         if y is not None:  # integer positions: one gather-and-rotate from the cached tables
