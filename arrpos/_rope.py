@@ -980,12 +980,21 @@ def _frequency_key(rope, seq_len):
     return inv.tobytes(), float(att)
 
 
-def _id_range(xp, pos):
-    """Smallest and largest id of an eager, non-empty integer array."""
+def _id_range_of(xp, pos):
+    """A function giving the smallest and largest id of eager, non-empty integer arrays shaped
+    like ``pos`` (one element read as is; the arrays' own reductions where they have them,
+    cheaper than the namespace's wrappers)."""
     if math.prod(pos.shape) == 1:
-        v = int(pos[(0,) * pos.ndim])
-        return v, v
-    return int(xp.min(pos)), int(xp.max(pos))
+        first = (0,) * pos.ndim
+
+        def one(p):
+            v = int(p[first])
+            return v, v
+
+        return one
+    if callable(getattr(pos, "min", None)) and callable(getattr(pos, "max", None)):
+        return lambda p: (int(p.min()), int(p.max()))
+    return lambda p: (int(xp.min(p)), int(xp.max(p)))
 
 
 def _cache_for(rope, xp, dev, dtype, hi, seq_len):
@@ -1042,7 +1051,8 @@ _PLANS: dict = {}  # RoPE.apply's argument signature -> (xp, ids index, device) 
 
 def _decode_plan(x, positions, heads_axis, out):
     """Whether RoPE.apply may take the cache path for this signature: ``(xp, index that
-    inserts the heads axis into the ids, device)``, else False (the table path decides)."""
+    inserts the heads axis into the ids, device, id range function)``, else False (the table
+    path decides)."""
     try:
         xp = array_namespace(x, positions, out, name="x, positions and out")
         _check_array(xp, x, "x")
@@ -1068,7 +1078,7 @@ def _decode_plan(x, positions, heads_axis, out):
         + tuple(positions.shape[positions.ndim - after:]))
     if not _broadcastable_into(ids_shape, tuple(x.shape[:-1])):
         return False
-    return xp, index, device_of(x)
+    return xp, index, device_of(x), _id_range_of(xp, positions)
 
 
 class RoPE:
@@ -1276,8 +1286,8 @@ class RoPE:
                 _PLANS[key] = plan
         if not plan:
             return None
-        xp, index, dev = plan
-        lo, hi = _id_range(xp, positions)
+        xp, index, dev, id_range = plan
+        lo, hi = id_range(positions)
         if lo < 0:
             return None
         tables = _cache_for(self, xp, dev, x.dtype, hi, seq_len)
