@@ -87,7 +87,7 @@ def call_checked(op: str, xp, check, /, *args, arrays=(), **kwargs):
     ``op``'s values itself (``op`` in its ``VALIDATES``: a kernel that rejects ids outside
     the cache while it gathers), so a decode step reads its ids once, not twice."""
     checked = False
-    for mod in candidates(xp):
+    for mod in _BY_KIND.get(id(xp)) or candidates(xp):
         if mod.supports(op, arrays, **kwargs):
             if not checked and op not in getattr(mod, "VALIDATES", ()):
                 check()
