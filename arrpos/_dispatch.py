@@ -21,7 +21,8 @@ import os
 from ._backends import Unsupported, _xp
 from ._lib import backend_name
 
-__all__ = ["ADAPTERS", "Unsupported", "adapter", "adapter_status", "call", "candidates",
+__all__ = ["ADAPTERS", "Unsupported", "adapter", "adapter_status", "call",
+           "call_checked", "candidates",
            "choose", "compiled_available", "compiled_threads", "extensions_disabled"]
 
 # namespace kind (``_lib.backend_name``) -> adapter modules of ``arrpos._backends``, tried in order
@@ -85,6 +86,25 @@ def call(op: str, xp, /, *args, arrays=(), **kwargs):
                 return getattr(mod, op)(*args, xp=xp, **kwargs)
             except Unsupported:
                 continue
+    return getattr(_xp, op)(*args, xp=xp, **kwargs)
+
+
+def call_checked(op: str, xp, check, /, *args, arrays=(), **kwargs):
+    """``call``, running ``check()`` first unless the module that serves the call validates
+    ``op``'s values itself (``op`` in its ``VALIDATES``: a kernel that rejects ids outside
+    the cache while it gathers), so a decode step reads its ids once, not twice."""
+    checked = False
+    for mod in _BY_KIND.get(id(xp)) or candidates(xp):
+        if mod.supports(op, arrays, **kwargs):
+            if not checked and op not in getattr(mod, "VALIDATES", ()):
+                check()
+                checked = True
+            try:
+                return getattr(mod, op)(*args, xp=xp, **kwargs)
+            except Unsupported:
+                continue
+    if not checked:
+        check()
     return getattr(_xp, op)(*args, xp=xp, **kwargs)
 
 

@@ -552,7 +552,7 @@ def _check_out(xp, x, out, x_name="x", out_name="out"):
 
 def _signature(*arrays):
     """What the memoised checks depend on: the shapes and dtypes (None stays None)."""
-    return tuple(None if a is None else (a.shape, a.dtype) for a in arrays)
+    return tuple([None if a is None else (a.shape, a.dtype) for a in arrays])  # list: faster
 
 
 def _bool_key(flag):
@@ -780,18 +780,37 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
     >>> bool(np.allclose(y, ref, rtol=0, atol=1e-15))
     True
     """
-    xp = array_namespace(x, cos_cache, sin_cache, position_ids, out,
-                         name="x, cos_cache, sin_cache, position_ids and out")
-    _memo_check(lambda: ("apply_rope_cached", id(xp),
-                         _signature(x, cos_cache, sin_cache, position_ids, out), layout,
-                         _bool_key(inverse)),
-                lambda: _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout,
-                                           inverse, out))
+    try:  # a decode step repeats one signature: its shapes and kinds are validated once
+        key = (layout, inverse, type(inverse), type(x), x.shape, x.dtype,
+               type(cos_cache), cos_cache.shape, cos_cache.dtype,
+               type(sin_cache), sin_cache.shape, sin_cache.dtype,
+               type(position_ids), position_ids.shape, position_ids.dtype,
+               None if out is None else (type(out), out.shape, out.dtype))
+        plan = _CACHED_PLANS.get(key)
+    except (AttributeError, TypeError):  # not arrays or unhashable: validation names them
+        key = plan = None
+    if plan is None:
+        xp = array_namespace(x, cos_cache, sin_cache, position_ids, out,
+                             name="x, cos_cache, sin_cache, position_ids and out")
+        _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout, inverse, out)
+        plan = xp
+        if key is not None and len(_CACHED_PLANS) < 4096:
+            _CACHED_PLANS[key] = plan
     _check_out_memory(out)
-    _check_ids_in_range(xp, position_ids, cos_cache.shape[0])
-    return _dispatch.call("apply_rope_cached", xp, x, cos_cache, sin_cache, position_ids,
-                          arrays=(x, cos_cache, sin_cache, position_ids, out),
-                          layout=layout, inverse=inverse, out=out)
+    check = lambda: _check_ids_in_range(plan, position_ids, cos_cache.shape[0])  # noqa: E731
+    try:  # the ids are read here only when the serving kernel does not check them itself
+        return _dispatch.call_checked(
+            "apply_rope_cached", plan, check, x, cos_cache, sin_cache, position_ids,
+            arrays=(x, cos_cache, sin_cache, position_ids, out), layout=layout,
+            inverse=inverse, out=out)
+    except ValueError:
+        check()  # a kernel rejected an id: name it
+        raise
+
+
+_CACHED_PLANS: dict = {}  # apply_rope_cached's validated signatures -> their namespace
+
+
 
 
 def _check_pair(out):
@@ -965,6 +984,133 @@ def xpos_scale(positions, dim, /, *, scale_base=512.0, layout="half", dtype=None
                           dtype=dtype)
 
 
+# ---- RoPE.apply's half-width cos/sin caches (decode from positions: one fused call) ------
+#
+# _TABLES maps (RoPE, namespace id, device, dtype, frequency key) to (rows, cos_cache,
+# sin_cache): rows 0 .. rows-1 of the exact tables of ``RoPE.cos_sin`` (the very code of the
+# table path), cut to their first R/2 columns. ``rows`` is a power of two >= _MIN_ROWS that grows
+# by doubling to cover the largest position seen; a cache is never written after it is made
+# (growth makes a new one and swaps the tuple), so threads racing on a miss each build a
+# correct table and the last one stays. Memory: one entry is at most _MAX_CACHE_BYTES (larger
+# positions take the table path), at most _MAX_ENTRIES entries (oldest dropped first).
+# _FAST finds an entry by the RoPE's id without hashing the RoPE (its entry keeps it alive,
+# so the id cannot be reused while it is there).
+_MIN_ROWS = 1024
+_MAX_CACHE_BYTES = 64 << 20
+_MAX_ENTRIES = 16
+_TABLES: dict = {}
+_FAST: dict = {}
+_SEEN: set = set()  # seq-dependent frequency keys met once (a cache is built on the second)
+
+
+@functools.lru_cache(maxsize=256)
+def _frequency_key(rope, seq_len):
+    """What a seq-dependent scaling's tables depend on: its frequencies at ``seq_len``."""
+    inv, att = _host_frequencies(rope.rotary_dim, rope.base, rope.scaling, seq_len)
+    return inv.tobytes(), float(att)
+
+
+def _id_range_of(xp, pos):
+    """A function giving the smallest and largest id of eager, non-empty integer arrays shaped
+    like ``pos`` (one element read as is; the arrays' own reductions where they have them,
+    cheaper than the namespace's wrappers)."""
+    if math.prod(pos.shape) == 1:
+        first = (0,) * pos.ndim
+
+        def one(p):
+            v = int(p[first])
+            return v, v
+
+        return one
+    if callable(getattr(pos, "min", None)) and callable(getattr(pos, "max", None)):
+        return lambda p: (int(p.min()), int(p.max()))
+    return lambda p: (int(xp.min(p)), int(xp.max(p)))
+
+
+def _cache_for(rope, xp, dev, dtype, hi, seq_len):
+    """``(cos_cache, sin_cache)`` of ``rope`` covering ids ``0 .. hi``, or None (table path)."""
+    fkey = None
+    if rope.scaling is not None and rope.scaling.seq_dependent:
+        fkey = _frequency_key(rope, hi + 1 if seq_len is None else seq_len)
+    fast = (id(rope), id(xp), dev, dtype, fkey)
+    hit = _FAST.get(fast)
+    if hit is not None and hit[0] is rope and hi < hit[1][0]:
+        return hit[1][1], hit[1][2]
+    key = (rope, id(xp), dev, dtype, fkey)
+    entry = _TABLES.get(key)
+    if entry is None or hi >= entry[0]:
+        if fkey is not None and key not in _SEEN:  # dynamic NTK: new frequencies every step
+            if len(_SEEN) >= 4096:
+                _SEEN.clear()
+            _SEEN.add(key)
+            return None
+        entry = _build_cache(rope, xp, dev, dtype, hi, seq_len, fkey)
+        if entry is None:
+            return None
+        while len(_TABLES) >= _MAX_ENTRIES:
+            _TABLES.pop(next(iter(_TABLES), None), None)
+            _FAST.clear()
+        _TABLES[key] = entry
+    if len(_FAST) >= 4 * _MAX_ENTRIES:
+        _FAST.clear()
+    _FAST[fast] = (rope, entry)
+    return entry[1], entry[2]
+
+
+def _build_cache(rope, xp, dev, dtype, hi, seq_len, fkey):
+    """A new (rows, cos_cache, sin_cache) from the table path, or None when too large."""
+    rows = max(_MIN_ROWS, 1 << hi.bit_length())  # a power of two > hi
+    half = rope.rotary_dim // 2
+    if 2 * rows * half * (xp.finfo(dtype).bits // 8) > _MAX_CACHE_BYTES:
+        return None
+    if fkey is not None and seq_len is None:
+        seq_len = hi + 1  # the seq_len whose frequencies fkey holds
+    # Rows in an order where no block of 64 follows the one before it: a table kernel may
+    # step from one block of consecutive rows to the next, and each row must be the one a
+    # lone position gets (the decode step's table path), bit for bit.
+    order = np.arange(rows).reshape(-1, 64)
+    order = np.concatenate([order[0::2], order[1::2]]).reshape(-1)
+    cos, sin = rope.cos_sin(xp.asarray(order, device=dev), dtype=dtype, seq_len=seq_len)
+    cut = slice(0, half) if rope.layout == "half" else slice(0, 2 * half, 2)
+    back = xp.asarray(np.argsort(order), device=dev)
+    return (rows, xp.take(cos[:, cut], back, axis=0), xp.take(sin[:, cut], back, axis=0))
+
+
+_PLANS: dict = {}  # RoPE.apply's argument signature -> (xp, ids index, device) or False
+
+
+def _decode_plan(x, positions, heads_axis, out):
+    """Whether RoPE.apply may take the cache path for this signature: ``(xp, index that
+    inserts the heads axis into the ids, device, id range function)``, else False (the table
+    path decides)."""
+    try:
+        xp = array_namespace(x, positions, out, name="x, positions and out")
+        _check_array(xp, x, "x")
+        check_real_array(xp, x, "x", integer_ok=False)
+        check_real_array(xp, positions, "positions")
+        _check_out(xp, x, out)
+    except (TypeError, ValueError):
+        return False
+    if (is_lazy(x) or is_lazy(positions) or not xp.isdtype(positions.dtype, "integral")
+            or not math.prod(positions.shape) or device_of(positions) != device_of(x)):
+        return False
+    index = None
+    if heads_axis is not None:  # the heads axis of x, counted from the end of the ids
+        if isinstance(heads_axis, bool) or not isinstance(heads_axis, numbers.Integral):
+            return False
+        ax = int(heads_axis) - x.ndim if heads_axis >= 0 else int(heads_axis)
+        after = -ax - 2
+        if not -x.ndim <= ax <= -2 or positions.ndim < after:
+            return False
+        index = (...,) + (None,) + (slice(None),) * after
+    ids_shape = tuple(positions.shape) if index is None else (
+        tuple(positions.shape[:positions.ndim - after]) + (1,)
+        + tuple(positions.shape[positions.ndim - after:]))
+    if not _broadcastable_into(ids_shape, tuple(x.shape[:-1])):
+        return False
+    return xp, index, device_of(x), _id_range_of(xp, positions)
+
+
 class RoPE:
     """Rotary embedding of one attention layer: frequencies, tables and application together.
 
@@ -1124,7 +1270,20 @@ class RoPE:
             As :func:`apply_rope`.
         seq_len : int, optional
             As :meth:`cos_sin`.
+
+        Notes
+        -----
+        Integer positions (eager arrays) are served from half-width cos/sin caches kept per
+        namespace, device and dtype (and per frequency set for the dynamic NTK and LongRoPE
+        scalings), made by :meth:`cos_sin` itself so each row is what the table path gives a
+        lone position; a step is then one :func:`apply_rope_cached` call. A cache holds a
+        power of two >= 1024 rows covering the largest position seen, doubling as positions
+        grow, at most 64 MiB (farther positions take the table path); at most 16 caches are
+        kept. Real, negative, lazy positions and multimodal ``axes`` take the table path.
         """
+        y = self._decode(x, positions, heads_axis, inverse, out, seq_len)
+        if y is not None:  # integer positions: one gather-and-rotate from the cached tables
+            return y
         xp = array_namespace(x, name="x")
         check_array(xp, x, "x", kind="floating")
         if heads_axis is not None:
@@ -1141,6 +1300,43 @@ class RoPE:
             cos = xp.expand_dims(cos, axis=cos.ndim + ax + 1)
             sin = xp.expand_dims(sin, axis=sin.ndim + ax + 1)
         return apply_rope(x, cos, sin, layout=self.layout, inverse=inverse, out=out)
+
+    def _decode(self, x, positions, heads_axis, inverse, out, seq_len):
+        """:meth:`apply` as one gather-and-rotate from this RoPE's cache (``_cache_for``), or
+        None where the table path serves (and raises): multimodal axes, non-integer, lazy,
+        empty or negative positions, anything :meth:`apply` would reject, caches past the size
+        limit. What depends only on the types, shapes and dtypes is decided once per
+        signature (``_decode_plan``)."""
+        if self.axes is not None or type(inverse) is not bool or (
+                seq_len is not None and (type(seq_len) is not int or seq_len < 1)):
+            return None
+        try:
+            key = (type(x), x.shape, x.dtype, getattr(x, "device", None), type(positions),
+                   positions.shape, positions.dtype, getattr(positions, "device", None),
+                   heads_axis, None if out is None else
+                   (type(out), out.shape, out.dtype, getattr(out, "device", None)),
+                   self.layout, inverse)
+            plan = _PLANS.get(key)
+        except (AttributeError, TypeError):  # not arrays, or unhashable: the table path says
+            return None
+        if plan is None:
+            plan = _decode_plan(x, positions, heads_axis, out)
+            if len(_PLANS) < 4096:
+                _PLANS[key] = plan
+        if not plan:
+            return None
+        xp, index, dev, id_range = plan
+        lo, hi = id_range(positions)
+        if lo < 0:
+            return None
+        tables = _cache_for(self, xp, dev, x.dtype, hi, seq_len)
+        if tables is None:
+            return None
+        ids = positions if index is None else positions[index]
+        _check_out_memory(out)
+        return _dispatch.call("apply_rope_cached", xp, x, tables[0], tables[1], ids,
+                              arrays=(x, tables[0], tables[1], ids, out), layout=self.layout,
+                              inverse=inverse, out=out)
 
     @classmethod
     def from_hf_config(cls, config, *, layer_type=None):

@@ -192,14 +192,20 @@ def _peer_text(t, mine, suffix):
 
 
 def decode_rows(rounds, quick):
+    """One decode step through the public calls: ``apply_rope_cached`` from half-width caches
+    and ``RoPE.apply`` from positions (its own cached tables), against ORT gathering from its
+    cache (into a bound output) and a numba gather-and-rotate; microseconds per call."""
     rng = np.random.default_rng(1)
     cos_c, sin_c = _cache()
+    rope = arrpos.RoPE(HEAD_DIM)
     rows = []
     for batch in (1, 32):
         x = rng.standard_normal((batch, 1, DECODE_HEADS, HEAD_DIM), dtype=np.float32)
         ids = rng.integers(0, MAX_POS, size=(batch, 1)).astype(np.int64)
+        ids3 = ids[:, :, None]
         out = np.empty_like(x)
-        funcs = {"arrpos": lambda: _apply_cached(x, cos_c, sin_c, ids[:, :, None], out=out),
+        funcs = {"apply_rope_cached": lambda: _apply_cached(x, cos_c, sin_c, ids3, out=out),
+                 "RoPE.apply": lambda: rope.apply(x, ids, heads_axis=-2, out=out),
                  "numpy": lambda: _numpy_decode(x, cos_c, sin_c, ids)}
         sess = _ort_session("ms", x.shape, np.float32, False, _threads())
         if sess is not None:
@@ -208,10 +214,14 @@ def decode_rows(rounds, quick):
         if numba_fn is not None:
             funcs["numba"] = lambda: numba_fn(x, cos_c, sin_c, ids, out)
         t = interleaved(funcs, rounds=rounds, min_time=0.01)
-        peers = ", ".join(f"{k} {t[k] / t['arrpos']:.2f}" for k in t if k != "arrpos")
         what = "1 token" if batch == 1 else f"{batch} sequences, own positions"
-        rows.append((f"decode from positions ({what})", str(x.shape), t["arrpos"] * 1e3,
-                     f"{t['arrpos'] * 1e6:.1f} us per call", f"peer/arrpos: {peers}"))
+        peers = [k for k in ("ort-ms", "numba", "numpy") if k in t]
+        for mine in ("apply_rope_cached", "RoPE.apply"):
+            ratios = ", ".join(f"{k} {t[k] / t[mine]:.2f}" for k in peers)
+            rows.append((f"decode {mine} ({what})", str(x.shape), t[mine] * 1e3,
+                         f"{t[mine] * 1e6:.2f} us per call",
+                         f"peer/arrpos: {ratios}" + ("" if "ort-ms" in t else
+                                                     " (no ONNX Runtime)")))
     return rows
 
 

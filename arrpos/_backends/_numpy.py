@@ -29,6 +29,9 @@ _TABLE_DTYPE = {_F32: np.dtype(np.float32), _F64: np.dtype(np.float64),
 _OPS = frozenset({"sinusoid_table", "rope_cos_sin", "apply_rope", "apply_rope_cached",
                   "apply_rope_qk"})
 _NP_XP = None
+# ops whose kernels reject bad values themselves (ids outside the cache: ValueError), so the
+# public function skips its own pass over them (``_dispatch.call_checked``)
+VALIDATES = frozenset({"apply_rope_cached"})
 
 
 def _dtype_codes() -> dict:
@@ -199,9 +202,15 @@ def _qk_ok(arrays, kwargs) -> bool:
 
 
 def _cached_ok(arrays, kwargs) -> bool:
-    x, cos, sin, pos, out = arrays
-    return (_has_code(x.dtype) and _has_code(cos.dtype) and sin.dtype == cos.dtype
-            and pos.dtype.kind in "iu" and (out is None or out.dtype == x.dtype))
+    x, cos, sin, pos, out = arrays  # a decode step's call: types and dtypes by identity first
+    nd = np.ndarray
+    if type(x) is not nd or type(cos) is not nd or type(sin) is not nd or type(pos) is not nd:
+        return False
+    dx, dc = x.dtype, cos.dtype
+    if out is not None and (type(out) is not nd or (out.dtype is not dx and out.dtype != dx)):
+        return False
+    return (_has_code(dx) and _has_code(dc) and (sin.dtype is dc or sin.dtype == dc)
+            and pos.dtype.kind in "iu")
 
 
 _SUPPORTS = {"sinusoid_table": _tables_ok, "rope_cos_sin": _tables_ok, "apply_rope": _apply_ok,
@@ -211,6 +220,8 @@ _SUPPORTS = {"sinusoid_table": _tables_ok, "rope_cos_sin": _tables_ok, "apply_ro
 def supports(op, arrays, **kwargs) -> bool:
     """Whether the kernels may serve ``op`` on these NumPy arrays: element types only (cheap);
     the kernels check shapes, strides and overlap and raise ``Unsupported`` late."""
+    if op == "apply_rope_cached" and len(arrays) == 5:  # the decode step: checks its types
+        return _cached_ok(arrays, kwargs)
     check = _SUPPORTS.get(op)
     if check is None or not arrays:
         return False
