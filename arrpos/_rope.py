@@ -1085,9 +1085,8 @@ def _decode_plan(x, positions, heads_axis, out):
     path decides)."""
     try:
         xp = array_namespace(x, positions, out, name="x, positions and out")
-        _check_array(xp, x, "x")
-        check_real_array(xp, x, "x", integer_ok=False)
-        check_real_array(xp, positions, "positions")
+        check_array(xp, x, "x", kind="floating")
+        check_array(xp, positions, "positions", kind="real")
         _check_out(xp, x, out)
     except (TypeError, ValueError):
         return False
@@ -1096,7 +1095,7 @@ def _decode_plan(x, positions, heads_axis, out):
         return False
     index = None
     if heads_axis is not None:  # the heads axis of x, counted from the end of the ids
-        if isinstance(heads_axis, bool) or not isinstance(heads_axis, numbers.Integral):
+        if isinstance(heads_axis, bool) or not isinstance(heads_axis, int):
             return False
         ax = int(heads_axis) - x.ndim if heads_axis >= 0 else int(heads_axis)
         after = -ax - 2

@@ -46,7 +46,7 @@ def _ops(fn):
         obj = getattr(module, helper, None)
         if inspect.isfunction(obj):
             src += inspect.getsource(obj)
-    return set(re.findall(r'_dispatch\.call\(\s*"(\w+)"', src))
+    return set(re.findall(r'_dispatch\.call(?:_checked)?\(\s*"(\w+)"', src))
 
 
 def _note(doc):
