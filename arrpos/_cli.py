@@ -140,7 +140,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         return 0
     ext = info["extension"]
     if ext["built"]:
-        omp = "OpenMP on" if ext["openmp"] else "no OpenMP (single thread)"
+        omp = "thread pool on" if ext["openmp"] else "built single-threaded"
         ext_line = f"built, {omp}, {ext['threads']} thread(s)"
     else:
         ext_line = f"not built ({ext['reason']}); the generic Array API code runs everywhere"
@@ -150,7 +150,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     else:
         env_line = "not set" if env is None else f"{env!r} (kernels enabled)"
         if ext["built"]:
-            env_line += ": NumPy float32/float64 inputs take the compiled kernels"
+            env_line += (": NumPy arrays and torch CPU tensors (float16, bfloat16, float32, "
+                         "float64) take the compiled kernels")
     gpu = info["gpu"]
     if gpu["devices"]:
         gpu_line = ", ".join(gpu["devices"]) + f" (CUDA runtime {gpu['cuda_runtime']})"
