@@ -7,7 +7,6 @@ Rows (arrpos through its public functions, dispatch and validation included):
   I/O binding, and ``run()``), torch eager (transformers' ``rotate_half``), JAX ``jit``, numba;
 - the decode step from positions ``(1, 1, 32, 128)``: one token at one position, and 32
   sequences each at its own position, from a half-width cos/sin cache (the ONNX form);
-- float16 and bfloat16 ``x`` against arrpos's own float32 time and ONNX Runtime float16;
 - a scaling sweep over the sequence length (128 .. 8192).
 
 Every figure is a ratio to a time measured in the same process, interleaved. Peers that are not
@@ -264,51 +263,6 @@ def _numba_decode():
     return rope
 
 
-def half_precision_rows(rounds, quick):
-    rng = np.random.default_rng(2)
-    shape = (1, 512, 32, 128) if quick else (2, 2048, 32, 128)
-    x32 = rng.standard_normal(shape, dtype=np.float32)
-    inv, _ = arrpos.rope_frequencies(shape[-1])
-    cos32, sin32 = arrpos.rope_cos_sin(np.arange(shape[1]), inv, dtype=np.float32)
-    funcs = {"f32": lambda: arrpos.apply_rope(x32, cos32[:, None], sin32[:, None], out=o32)}
-    o32 = np.empty_like(x32)
-    skipped = {}
-    for name, dt in _half_dtypes():
-        x = x32.astype(dt)
-        c, s = cos32.astype(dt)[:, None], sin32.astype(dt)[:, None]
-        o = np.empty_like(x)
-        try:
-            arrpos.apply_rope(x, c, s, out=o)
-        except (TypeError, ValueError) as exc:  # a dtype this arrpos does not take
-            skipped[name] = str(exc).splitlines()[0][:60]
-            continue
-        funcs[name] = (lambda x=x, c=c, s=s, o=o: arrpos.apply_rope(x, c, s, out=o))
-    sess = _ort_session("ms", shape, np.float16, False, _threads())
-    if sess is not None:
-        cos_c, sin_c = (a.astype(np.float16) for a in _cache())
-        pos = np.broadcast_to(np.arange(shape[1]), shape[:2]).astype(np.int64)
-        funcs["ort f16"] = _ort_calls(sess, x32.astype(np.float16), pos, cos_c, sin_c)[1]
-    t = interleaved(funcs, rounds=rounds)
-    rows = [(f"apply_rope {name} out=", str(shape), float("nan"), "refused", why)
-            for name, why in skipped.items()]
-    for name in (n for n, _ in _half_dtypes() if n in t):
-        ort_txt = f"ORT f16/arrpos {t['ort f16'] / t[name]:.2f}" if "ort f16" in t else "no ORT f16"
-        rows.append((f"apply_rope {name} out=", str(shape), t[name] * 1e3,
-                     f"{t[name] / t['f32']:.2f} x arrpos f32", ort_txt))
-    return rows
-
-
-def _half_dtypes():
-    out = [("float16", np.float16)]
-    try:
-        import ml_dtypes
-
-        out.append(("bfloat16", ml_dtypes.bfloat16))
-    except ImportError:
-        pass
-    return out
-
-
 def sweep_rows(rounds, quick):
     rng = np.random.default_rng(3)
     rows = []
@@ -328,6 +282,6 @@ def sweep_rows(rounds, quick):
 def run(quick=False, rounds=None):
     r = rounds or (3 if quick else 7)
     rows = []
-    for part in (prefill_rows, decode_rows, half_precision_rows, sweep_rows):
+    for part in (prefill_rows, decode_rows, sweep_rows):  # 16-bit rows: bench_rope
         rows += part(r, quick)
     return rows, f"peers: {_threads()} thread(s) for arrpos, ONNX Runtime and torch"

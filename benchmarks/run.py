@@ -25,8 +25,19 @@ def machine() -> str:
 
     mod = adapter("_numpy")
     threads = mod.max_threads() if mod is not None else 0
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"{threads} OpenMP threads, numpy {__import__('numpy').__version__}")
+    return (f"{_cpu_name()}, {os.cpu_count()} cores, {threads} kernel threads, "
+            f"numpy {__import__('numpy').__version__}")
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def main(argv=None, progress=None) -> int:
