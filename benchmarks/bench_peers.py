@@ -47,7 +47,6 @@ def _cache(dtype=np.float32):
 def _ort_session(domain: str, shape, dtype, interleaved: bool, threads: int):
     """An ORT session of one RotaryEmbedding node over ``x`` ``(batch, seq, heads*dim)``."""
     try:
-        import onnx
         import onnxruntime as ort
         from onnx import TensorProto, helper
     except ImportError:
@@ -78,8 +77,6 @@ def _ort_session(domain: str, shape, dtype, interleaved: bool, threads: int):
 
 def _ort_calls(sess, x, pos, cos, sin):
     """``run()`` (ORT allocates) and an I/O-bound call into a preallocated output."""
-    import onnxruntime as ort
-
     b, s = x.shape[:2]
     feeds = {"x": x.reshape(b, s, -1), "pos": pos, "cos": cos, "sin": sin}
     out = np.empty_like(feeds["x"])
@@ -88,7 +85,6 @@ def _ort_calls(sess, x, pos, cos, sin):
         binding.bind_cpu_input(name, value)
     binding.bind_output("y", "cpu", element_type=out.dtype, shape=out.shape,
                         buffer_ptr=out.ctypes.data)
-    del ort  # imported above only to fail early when absent
     keep = (feeds, out)  # the binding holds raw pointers into these: keep them alive
 
     def bound():
