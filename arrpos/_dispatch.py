@@ -11,6 +11,10 @@ dispatcher then tries the next one. Adapters never fall back by themselves.
 which compile nothing (Dask: one task per chunk), stay, and their tasks then run ``_xp`` on each
 chunk. No device copy is ever hidden here: a GPU array is never routed through NumPy.
 
+An adapter whose ``supports`` answers from the arguments' types, dtypes and options alone sets
+``SIGNATURE_SUPPORTS = True``: callers may then memoise its choice per signature (``route``) and
+skip the question on later calls (a decode step's microseconds).
+
 Adding a backend: one adapter module in ``_backends/`` plus one row in ``ADAPTERS``.
 """
 from __future__ import annotations
@@ -22,7 +26,7 @@ from ._backends import Unsupported, _xp
 from ._lib import backend_name
 
 __all__ = ["ADAPTERS", "Unsupported", "adapter", "adapter_status", "call",
-           "call_checked", "candidates",
+           "call_checked", "candidates", "route", "run",
            "choose", "compiled_available", "compiled_threads", "extensions_disabled"]
 
 # namespace kind (``_lib.backend_name``) -> adapter modules of ``arrpos._backends``, tried in order
@@ -106,6 +110,41 @@ def call_checked(op: str, xp, check, /, *args, arrays=(), **kwargs):
     if not checked:
         check()
     return getattr(_xp, op)(*args, xp=xp, **kwargs)
+
+
+def route(op: str, xp, /, arrays=(), **kwargs):
+    """How every call of ``op`` with this signature (the types, dtypes and devices of
+    ``arrays``, and ``kwargs``) is served, for callers that memoise it per signature:
+    ``(function, validates)``, or None when an adapter tried decides per call (e.g. on autograd
+    state) and ``call_checked`` must decide each time. ``validates``: the function checks
+    ``op``'s values itself (see ``call_checked``)."""
+    for mod in candidates(xp):
+        if not getattr(mod, "SIGNATURE_SUPPORTS", False):
+            return None
+        if mod.supports(op, arrays, **kwargs):
+            return getattr(mod, op), op in getattr(mod, "VALIDATES", ())
+    return getattr(_xp, op), False
+
+
+def run(served, op: str, xp, check, /, *args, arrays=(), **kwargs):
+    """``call_checked(op, xp, check, ...)`` along ``served``, a memoised ``route`` (None:
+    decide now). An adapter's late ``Unsupported`` falls back to ``_xp``; ``check`` may be
+    None (nothing to check)."""
+    if served is None:
+        return call_checked(op, xp, check or _nothing, *args, arrays=arrays, **kwargs)
+    fn, validates = served
+    if check is not None and not validates:
+        check()
+    try:
+        return fn(*args, xp=xp, **kwargs)
+    except Unsupported:
+        if check is not None and validates:
+            check()
+        return getattr(_xp, op)(*args, xp=xp, **kwargs)
+
+
+def _nothing():
+    pass
 
 
 def choose(op: str, xp, /, arrays=(), **kwargs):

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _dispatch
 from ._lib import (
+    array_key,
     array_namespace,
     as_positions,
     check_array,
@@ -35,6 +36,7 @@ from ._lib import (
     is_lazy,
     is_read_only,
     is_writeable,
+    memoised,
     output_dtype,
 )
 from ._rope_scaling import (
@@ -504,7 +506,11 @@ def _broadcastable_into(small, big):
     return True
 
 
-_VALIDATED: set = set()
+# signature -> plan memos (``_lib.memoised``), one per public entry point
+_APPLY_PLANS: dict = {}
+_QK_PLANS: dict = {}
+_CACHED_PLANS: dict = {}
+_DECODE_PLANS: dict = {}
 
 
 def _check_apply_args(xp, x, cos, sin, layout, inverse, out, *, x_name="x", out_name="out"):
@@ -550,28 +556,13 @@ def _check_out(xp, x, out, x_name="x", out_name="out"):
                          f"{x.dtype}, got shape {tuple(out.shape)} and dtype {out.dtype}")
 
 
-def _signature(*arrays):
-    """What the memoised checks depend on: the shapes and dtypes (None stays None)."""
-    return tuple([None if a is None else (a.shape, a.dtype) for a in arrays])  # list: faster
-
-
-def _bool_key(flag):
-    """``flag`` in a memo key, where ``1 == True`` must not pass for a bool."""
-    return flag if type(flag) is bool else object()
-
-
-def _memo_check(key_parts, check):
-    """Run ``check()`` unless the same signature passed before (a decoder repeats one per
-    layer and step); unhashable or non-array arguments are always checked."""
-    try:
-        key = key_parts()
-        known = key in _VALIDATED
-    except (AttributeError, TypeError):
-        key, known = None, False
-    if not known:
-        check()
-        if key is not None and len(_VALIDATED) < 4096:
-            _VALIDATED.add(key)
+def _apply_plan(x, cos, sin, layout, inverse, out):
+    """What :func:`apply_rope` decides from its signature: ``(xp, route)`` (raises for bad
+    arguments)."""
+    xp = array_namespace(x, cos, sin, out, name="x, cos, sin and out")
+    _check_apply_args(xp, x, cos, sin, layout, inverse, out)
+    return xp, _dispatch.route("apply_rope", xp, (x, cos, sin, out), layout=layout,
+                               inverse=inverse, out=out)
 
 
 def _check_out_memory(out, name="out"):
@@ -653,20 +644,21 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
     >>> np.allclose(back, q)
     True
     """
-    xp = array_namespace(x, cos, sin, out, name="x, cos, sin and out")
-    # Everything checked depends only on this signature: each is validated once.
-    _memo_check(lambda: ("apply_rope", id(xp), _signature(x, cos, sin, out), layout,
-                         _bool_key(inverse)),
-                lambda: _check_apply_args(xp, x, cos, sin, layout, inverse, out))
+    # everything checked, and the kernel chosen, depend only on the signature: decided once
+    xp, served = memoised(
+        _APPLY_PLANS,
+        lambda: (array_key(x), array_key(cos), array_key(sin), array_key(out), layout, inverse,
+                 type(inverse)),
+        lambda: _apply_plan(x, cos, sin, layout, inverse, out))
     if out is not None:
         _check_out_memory(out)
-    if out is not None and memory_overlap(out, x) == "partial":
-        # out overlaps x at an offset: every path would read input it already overwrote
-        out[...] = _dispatch.call("apply_rope", xp, x, cos, sin, arrays=(x, cos, sin, None),
-                                  layout=layout, inverse=inverse, out=None)
-        return out
-    return _dispatch.call("apply_rope", xp, x, cos, sin, arrays=(x, cos, sin, out),
-                          layout=layout, inverse=inverse, out=out)
+        if memory_overlap(out, x) == "partial":
+            # out overlaps x at an offset: every path would read input it already overwrote
+            out[...] = _dispatch.call("apply_rope", xp, x, cos, sin, arrays=(x, cos, sin, None),
+                                      layout=layout, inverse=inverse, out=None)
+            return out
+    return _dispatch.run(served, "apply_rope", xp, None, x, cos, sin, arrays=(x, cos, sin, out),
+                         layout=layout, inverse=inverse, out=out)
 
 
 def _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout, inverse, out):
@@ -780,37 +772,31 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
     >>> bool(np.allclose(y, ref, rtol=0, atol=1e-15))
     True
     """
-    try:  # a decode step repeats one signature: its shapes and kinds are validated once
-        key = (layout, inverse, type(inverse), type(x), x.shape, x.dtype,
-               type(cos_cache), cos_cache.shape, cos_cache.dtype,
-               type(sin_cache), sin_cache.shape, sin_cache.dtype,
-               type(position_ids), position_ids.shape, position_ids.dtype,
-               None if out is None else (type(out), out.shape, out.dtype))
-        plan = _CACHED_PLANS.get(key)
-    except (AttributeError, TypeError):  # not arrays or unhashable: validation names them
-        key = plan = None
-    if plan is None:
-        xp = array_namespace(x, cos_cache, sin_cache, position_ids, out,
-                             name="x, cos_cache, sin_cache, position_ids and out")
-        _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout, inverse, out)
-        plan = xp
-        if key is not None and len(_CACHED_PLANS) < 4096:
-            _CACHED_PLANS[key] = plan
+    # a decode step repeats one signature: its checks and kernel choice are made once
+    xp, served = memoised(
+        _CACHED_PLANS,
+        lambda: (array_key(x), array_key(cos_cache), array_key(sin_cache),
+                 array_key(position_ids), array_key(out), layout, inverse, type(inverse)),
+        lambda: _cached_plan(x, cos_cache, sin_cache, position_ids, layout, inverse, out))
     _check_out_memory(out)
-    check = lambda: _check_ids_in_range(plan, position_ids, cos_cache.shape[0])  # noqa: E731
+    check = lambda: _check_ids_in_range(xp, position_ids, cos_cache.shape[0])  # noqa: E731
     try:  # the ids are read here only when the serving kernel does not check them itself
-        return _dispatch.call_checked(
-            "apply_rope_cached", plan, check, x, cos_cache, sin_cache, position_ids,
-            arrays=(x, cos_cache, sin_cache, position_ids, out), layout=layout,
-            inverse=inverse, out=out)
+        return _dispatch.run(served, "apply_rope_cached", xp, check, x, cos_cache, sin_cache,
+                             position_ids, arrays=(x, cos_cache, sin_cache, position_ids, out),
+                             layout=layout, inverse=inverse, out=out)
     except ValueError:
         check()  # a kernel rejected an id: name it
         raise
 
 
-_CACHED_PLANS: dict = {}  # apply_rope_cached's validated signatures -> their namespace
-
-
+def _cached_plan(x, cos_cache, sin_cache, position_ids, layout, inverse, out):
+    """What :func:`apply_rope_cached` decides from its signature: ``(xp, route)``."""
+    xp = array_namespace(x, cos_cache, sin_cache, position_ids, out,
+                         name="x, cos_cache, sin_cache, position_ids and out")
+    _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout, inverse, out)
+    return xp, _dispatch.route("apply_rope_cached", xp,
+                               (x, cos_cache, sin_cache, position_ids, out), layout=layout,
+                               inverse=inverse, out=out)
 
 
 def _check_pair(out):
@@ -877,21 +863,26 @@ def apply_rope_qk(q, k, cos, sin, /, *, layout="half", inverse=False, out=None):
     True
     """
     q_out, k_out = _check_pair(out)
-    xp = array_namespace(q, k, cos, sin, q_out, k_out, name="q, k, cos, sin and out")
-
-    def check():
-        _check_apply_args(xp, q, cos, sin, layout, inverse, q_out, out_name="out[0]",
-                          x_name="q")
-        _check_apply_args(xp, k, cos, sin, layout, inverse, k_out, out_name="out[1]",
-                          x_name="k")
-
-    _memo_check(lambda: ("apply_rope_qk", id(xp), _signature(q, k, cos, sin, q_out, k_out),
-                         layout, _bool_key(inverse)), check)
+    pair = None if out is None else (q_out, k_out)
+    xp, served = memoised(
+        _QK_PLANS,
+        lambda: (array_key(q), array_key(k), array_key(cos), array_key(sin), array_key(q_out),
+                 array_key(k_out), layout, inverse, type(inverse)),
+        lambda: _qk_plan(q, k, cos, sin, layout, inverse, q_out, k_out, pair))
     _check_out_memory(q_out, "out[0]")
     _check_out_memory(k_out, "out[1]")
-    return _dispatch.call("apply_rope_qk", xp, q, k, cos, sin,
-                          arrays=(q, k, cos, sin, q_out, k_out), layout=layout,
-                          inverse=inverse, out=None if out is None else (q_out, k_out))
+    return _dispatch.run(served, "apply_rope_qk", xp, None, q, k, cos, sin,
+                         arrays=(q, k, cos, sin, q_out, k_out), layout=layout,
+                         inverse=inverse, out=pair)
+
+
+def _qk_plan(q, k, cos, sin, layout, inverse, q_out, k_out, pair):
+    """What :func:`apply_rope_qk` decides from its signature: ``(xp, route)``."""
+    xp = array_namespace(q, k, cos, sin, q_out, k_out, name="q, k, cos, sin and out")
+    _check_apply_args(xp, q, cos, sin, layout, inverse, q_out, out_name="out[0]", x_name="q")
+    _check_apply_args(xp, k, cos, sin, layout, inverse, k_out, out_name="out[1]", x_name="k")
+    return xp, _dispatch.route("apply_rope_qk", xp, (q, k, cos, sin, q_out, k_out),
+                               layout=layout, inverse=inverse, out=pair)
 
 
 @functools.lru_cache(maxsize=64)
@@ -1076,13 +1067,10 @@ def _build_cache(rope, xp, dev, dtype, hi, seq_len, fkey):
     return (rows, xp.take(cos[:, cut], back, axis=0), xp.take(sin[:, cut], back, axis=0))
 
 
-_PLANS: dict = {}  # RoPE.apply's argument signature -> (xp, ids index, device) or False
-
-
 def _decode_plan(x, positions, heads_axis, out):
-    """Whether RoPE.apply may take the cache path for this signature: ``(xp, index that
-    inserts the heads axis into the ids, device, id range function)``, else False (the table
-    path decides)."""
+    """Whether RoPE.apply may take the cache path for this signature: ``[xp, index that
+    inserts the heads axis into the ids, device, id range function, route]`` (the route is
+    found on first use), else False (the table path decides)."""
     try:
         xp = array_namespace(x, positions, out, name="x, positions and out")
         check_array(xp, x, "x", kind="floating")
@@ -1107,7 +1095,7 @@ def _decode_plan(x, positions, heads_axis, out):
         + tuple(positions.shape[positions.ndim - after:]))
     if not _broadcastable_into(ids_shape, tuple(x.shape[:-1])):
         return False
-    return xp, index, device_of(x), _id_range_of(xp, positions)
+    return [xp, index, device_of(x), _id_range_of(xp, positions), None]  # route: on first use
 
 
 class RoPE:
@@ -1309,22 +1297,14 @@ class RoPE:
         if self.axes is not None or type(inverse) is not bool or (
                 seq_len is not None and (type(seq_len) is not int or seq_len < 1)):
             return None
-        try:
-            key = (type(x), x.shape, x.dtype, getattr(x, "device", None), type(positions),
-                   positions.shape, positions.dtype, getattr(positions, "device", None),
-                   heads_axis, None if out is None else
-                   (type(out), out.shape, out.dtype, getattr(out, "device", None)),
-                   self.layout, inverse)
-            plan = _PLANS.get(key)
-        except (AttributeError, TypeError):  # not arrays, or unhashable: the table path says
-            return None
-        if plan is None:
-            plan = _decode_plan(x, positions, heads_axis, out)
-            if len(_PLANS) < 4096:
-                _PLANS[key] = plan
+        plan = memoised(
+            _DECODE_PLANS,
+            lambda: (array_key(x), array_key(positions), heads_axis, type(heads_axis),
+                     array_key(out), self.layout, inverse),
+            lambda: _decode_plan(x, positions, heads_axis, out))
         if not plan:
             return None
-        xp, index, dev, id_range = plan
+        xp, index, dev, id_range, served = plan
         lo, hi = id_range(positions)
         if lo < 0:
             return None
@@ -1333,9 +1313,12 @@ class RoPE:
             return None
         ids = positions if index is None else positions[index]
         _check_out_memory(out)
-        return _dispatch.call("apply_rope_cached", xp, x, tables[0], tables[1], ids,
-                              arrays=(x, tables[0], tables[1], ids, out), layout=self.layout,
-                              inverse=inverse, out=out)
+        arrays = (x, tables[0], tables[1], ids, out)
+        if served is None:  # the tables' types follow from the signature: route once
+            served = plan[4] = _dispatch.route("apply_rope_cached", xp, arrays,
+                                               layout=self.layout, inverse=inverse, out=out)
+        return _dispatch.run(served, "apply_rope_cached", xp, None, x, tables[0], tables[1], ids,
+                             arrays=arrays, layout=self.layout, inverse=inverse, out=out)
 
     @classmethod
     def from_hf_config(cls, config, *, layer_type=None):

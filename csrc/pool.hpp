@@ -182,7 +182,8 @@ class Pool {
             while (*p == ' ')
                 p++;
         }
-        long running = std::strtol(p, nullptr, 10);
+        // the pool's own workers still spinning after the last job are not another load
+        long running = std::strtol(p, nullptr, 10) - awake_.load(std::memory_order_relaxed);
         return load_idle_ = running <= 0 || running < env_threads_cpus();
 #else
         (void)now;
@@ -230,6 +231,11 @@ class Pool {
                 return g;
             cpu_relax();
         }
+        awake_.fetch_sub(1, std::memory_order_relaxed);
+        struct Awake {  // counted again once woken
+            std::atomic<int> &n;
+            ~Awake() { n.fetch_add(1, std::memory_order_relaxed); }
+        } again{awake_};
         std::unique_lock<std::mutex> lk(mutex_);
         cv_work_.wait(lk, [&] { return generation_.load(std::memory_order_acquire) != seen; });
         return generation_.load(std::memory_order_acquire);
@@ -257,6 +263,7 @@ class Pool {
     {
         while (nthreads_ < want) {
             unsigned long long g = generation_.load();
+            awake_.fetch_add(1, std::memory_order_relaxed);
             std::thread([this, g] { worker_loop(g); }).detach();
             nthreads_++;
         }
@@ -267,6 +274,7 @@ class Pool {
     std::atomic<unsigned long long> generation_{0};
     std::atomic<ptrdiff_t> next_{0};
     std::atomic<int> inside_{0};
+    std::atomic<int> awake_{0};  // workers running or spinning (not asleep)
     ChunkFn fn_ = nullptr;
     void *ctx_ = nullptr;
     ptrdiff_t total_ = 0;

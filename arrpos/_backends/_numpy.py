@@ -32,6 +32,9 @@ _NP_XP = None
 # ops whose kernels reject bad values themselves (ids outside the cache: ValueError), so the
 # public function skips its own pass over them (``_dispatch.call_checked``)
 VALIDATES = frozenset({"apply_rope_cached"})
+# ``supports`` reads types, dtypes and options only (shapes and strides are the kernels' late
+# ``Unsupported``): its answer may be memoised per signature (``_dispatch.route``)
+SIGNATURE_SUPPORTS = True
 
 
 def _dtype_codes() -> dict:

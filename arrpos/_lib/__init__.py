@@ -11,6 +11,7 @@ from ._arrays import (
     check_positions,
     output_dtype,
 )
+from ._memo import array_key, memoised
 from ._namespace import (
     array_namespace,
     backend_name,
@@ -45,6 +46,8 @@ from ._validate import (
 )
 
 __all__ = [
+    "array_key",
+    "memoised",
     "MAX_DIM",
     "MAX_ELEMENTS",
     "MAX_OFFSET",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import array_api_compat as _compat
+import numpy as _np  # a dependency of arrpos: exact-type checks give NumPy arrays fast paths
 
 __all__ = [
     "array_namespace",
@@ -23,6 +24,7 @@ __all__ = [
 ]
 
 _NAMESPACE_CACHE: dict[int, object] = {}
+_NDARRAY = _np.ndarray
 
 
 def _is_array(x) -> bool:
@@ -262,7 +264,10 @@ def _backend_name(xp) -> str:
 
 def is_writeable(x) -> bool:
     """Whether ``x``'s elements can be assigned in place (False for JAX arrays)."""
+    if type(x) is _NDARRAY:
+        return True
     return bool(_compat.is_writeable_array(x))
+
 
 
 def to_numpy(x):
@@ -302,7 +307,7 @@ def is_read_only(x) -> bool:
 def has_zero_stride(x) -> bool:
     """Whether several elements of ``x`` share one memory location (an expanded tensor or a
     broadcast view): writing into such an array writes some elements many times."""
-    strides = _byte_strides(x)
+    strides = x.strides if type(x) is _NDARRAY else _byte_strides(x)
     if strides is None:
         return False
     return any(st == 0 and n > 1 for st, n in zip(strides, x.shape))
@@ -332,6 +337,8 @@ def memory_overlap(a, b) -> str:
     overlap otherwise, ``"none"`` when it cannot (or the library has no memory addresses)."""
     if a is b:
         return "same"
+    if type(a) is _NDARRAY and type(b) is _NDARRAY and not _np.may_share_memory(a, b):
+        return "none"  # disjoint bounds, decided in C (a decode step's out= and x)
     if _byte_strides(a) is None or _byte_strides(b) is None or type(a) is not type(b):
         return "none"
     ra, rb = _byte_range(a), _byte_range(b)
