@@ -25,6 +25,7 @@ from ._lib import (
     check_even_dim,
     check_finite_values,
     check_int,
+    check_out_memory,
     check_positions,
     check_positive_int,
     check_real_scalar,
@@ -32,11 +33,8 @@ from ._lib import (
     device_of,
     memory_overlap,
     has_float64,
-    has_zero_stride,
     is_lazy,
-    is_read_only,
-    is_writeable,
-    memoised,
+    remember,
     output_dtype,
 )
 from ._rope_scaling import (
@@ -506,7 +504,7 @@ def _broadcastable_into(small, big):
     return True
 
 
-# signature -> plan memos (``_lib.memoised``), one per public entry point
+# signature -> plan memos (``_lib.remember``), one per public entry point
 _APPLY_PLANS: dict = {}
 _QK_PLANS: dict = {}
 _CACHED_PLANS: dict = {}
@@ -547,7 +545,7 @@ def _check_layout_inverse(layout, inverse):
 
 
 def _check_out(xp, x, out, x_name="x", out_name="out"):
-    """``out``: None, or an array of ``x``'s shape and dtype (its memory: _check_out_memory)."""
+    """``out``: None, or an array of ``x``'s shape and dtype (its memory: check_out_memory)."""
     if out is None:
         return
     check_array(xp, out, out_name, kind="any")
@@ -563,21 +561,6 @@ def _apply_plan(x, cos, sin, layout, inverse, out):
     _check_apply_args(xp, x, cos, sin, layout, inverse, out)
     return xp, _dispatch.route("apply_rope", xp, (x, cos, sin, out), layout=layout,
                                inverse=inverse, out=out)
-
-
-def _check_out_memory(out, name="out"):
-    """Checks of ``out``'s memory, run on every call (flags and strides are not in the key)."""
-    if out is None:
-        return
-    if is_read_only(out):
-        raise ValueError(f"{name} must be a writable array, got a read-only one")
-    if not is_writeable(out):
-        raise TypeError(f"{name}= needs a mutable array; this library's arrays are immutable "
-                        "(JAX): use the return value (under jit, XLA reuses the buffer)")
-    if has_zero_stride(out):
-        raise ValueError(f"{name} must not have elements that share memory (an expanded or "
-                         f"broadcast array), got one of shape {tuple(out.shape)} with a "
-                         f"zero stride")
 
 
 def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
@@ -645,13 +628,16 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
     True
     """
     # everything checked, and the kernel chosen, depend only on the signature: decided once
-    xp, served = memoised(
-        _APPLY_PLANS,
-        lambda: (array_key(x), array_key(cos), array_key(sin), array_key(out), layout, inverse,
-                 type(inverse)),
-        lambda: _apply_plan(x, cos, sin, layout, inverse, out))
+    try:
+        plan = _APPLY_PLANS.get(key := (array_key(x), array_key(cos), array_key(sin),
+                                        array_key(out), layout, inverse, type(inverse)))
+    except (AttributeError, TypeError):  # not arrays, or unhashable options: checked in full
+        plan = key = None
+    if plan is None:
+        plan = remember(_APPLY_PLANS, key, _apply_plan(x, cos, sin, layout, inverse, out))
+    xp, served = plan
     if out is not None:
-        _check_out_memory(out)
+        check_out_memory(out)
         if memory_overlap(out, x) == "partial":
             # out overlaps x at an offset: every path would read input it already overwrote
             out[...] = _dispatch.call("apply_rope", xp, x, cos, sin, arrays=(x, cos, sin, None),
@@ -773,12 +759,17 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
     True
     """
     # a decode step repeats one signature: its checks and kernel choice are made once
-    xp, served = memoised(
-        _CACHED_PLANS,
-        lambda: (array_key(x), array_key(cos_cache), array_key(sin_cache),
-                 array_key(position_ids), array_key(out), layout, inverse, type(inverse)),
-        lambda: _cached_plan(x, cos_cache, sin_cache, position_ids, layout, inverse, out))
-    _check_out_memory(out)
+    try:
+        plan = _CACHED_PLANS.get(key := (array_key(x), array_key(cos_cache),
+                                         array_key(sin_cache), array_key(position_ids),
+                                         array_key(out), layout, inverse, type(inverse)))
+    except (AttributeError, TypeError):  # not arrays, or unhashable options: checked in full
+        plan = key = None
+    if plan is None:
+        plan = remember(_CACHED_PLANS, key, _cached_plan(x, cos_cache, sin_cache, position_ids,
+                                                         layout, inverse, out))
+    xp, served = plan
+    check_out_memory(out)
     check = lambda: _check_ids_in_range(xp, position_ids, cos_cache.shape[0])  # noqa: E731
     try:  # the ids are read here only when the serving kernel does not check them itself
         return _dispatch.run(served, "apply_rope_cached", xp, check, x, cos_cache, sin_cache,
@@ -864,13 +855,18 @@ def apply_rope_qk(q, k, cos, sin, /, *, layout="half", inverse=False, out=None):
     """
     q_out, k_out = _check_pair(out)
     pair = None if out is None else (q_out, k_out)
-    xp, served = memoised(
-        _QK_PLANS,
-        lambda: (array_key(q), array_key(k), array_key(cos), array_key(sin), array_key(q_out),
-                 array_key(k_out), layout, inverse, type(inverse)),
-        lambda: _qk_plan(q, k, cos, sin, layout, inverse, q_out, k_out, pair))
-    _check_out_memory(q_out, "out[0]")
-    _check_out_memory(k_out, "out[1]")
+    try:
+        plan = _QK_PLANS.get(key := (array_key(q), array_key(k), array_key(cos), array_key(sin),
+                                     array_key(q_out), array_key(k_out), layout, inverse,
+                                     type(inverse)))
+    except (AttributeError, TypeError):  # not arrays, or unhashable options: checked in full
+        plan = key = None
+    if plan is None:
+        plan = remember(_QK_PLANS, key, _qk_plan(q, k, cos, sin, layout, inverse, q_out, k_out,
+                                                 pair))
+    xp, served = plan
+    check_out_memory(q_out, "out[0]")
+    check_out_memory(k_out, "out[1]")
     return _dispatch.run(served, "apply_rope_qk", xp, None, q, k, cos, sin,
                          arrays=(q, k, cos, sin, q_out, k_out), layout=layout,
                          inverse=inverse, out=pair)
@@ -1297,22 +1293,37 @@ class RoPE:
         if self.axes is not None or type(inverse) is not bool or (
                 seq_len is not None and (type(seq_len) is not int or seq_len < 1)):
             return None
-        plan = memoised(
-            _DECODE_PLANS,
-            lambda: (array_key(x), array_key(positions), heads_axis, type(heads_axis),
-                     array_key(out), self.layout, inverse),
-            lambda: _decode_plan(x, positions, heads_axis, out))
+        try:
+            plan = _DECODE_PLANS.get(key := (array_key(x), array_key(positions), heads_axis,
+                                             type(heads_axis), array_key(out), self.layout,
+                                             inverse))
+        except (AttributeError, TypeError):  # not arrays, or unhashable: the table path says
+            return None
+        if plan is None:
+            plan = remember(_DECODE_PLANS, key, _decode_plan(x, positions, heads_axis, out))
         if not plan:
             return None
         xp, index, dev, id_range, served = plan
+        ids = positions if index is None else positions[index]
+        check_out_memory(out)
+        if served is not None and served[1] and (self.scaling is None
+                                                 or not self.scaling.seq_dependent):
+            # a kernel that checks the ids: try the cache as it is before reading the ids here
+            hit = _FAST.get((id(self), id(xp), dev, x.dtype, None))
+            if hit is not None and hit[0] is self:
+                c, s = hit[1][1], hit[1][2]
+                try:
+                    return _dispatch.run(served, "apply_rope_cached", xp, None, x, c, s, ids,
+                                         arrays=(x, c, s, ids, out), layout=self.layout,
+                                         inverse=inverse, out=out)
+                except ValueError:
+                    pass  # an id past the cache (grown below) or negative (the table path)
         lo, hi = id_range(positions)
         if lo < 0:
             return None
         tables = _cache_for(self, xp, dev, x.dtype, hi, seq_len)
         if tables is None:
             return None
-        ids = positions if index is None else positions[index]
-        _check_out_memory(out)
         arrays = (x, tables[0], tables[1], ids, out)
         if served is None:  # the tables' types follow from the signature: route once
             served = plan[4] = _dispatch.route("apply_rope_cached", xp, arrays,

@@ -11,7 +11,7 @@ from ._arrays import (
     check_positions,
     output_dtype,
 )
-from ._memo import array_key, memoised
+from ._memo import array_key, remember
 from ._namespace import (
     array_namespace,
     backend_name,
@@ -38,6 +38,7 @@ from ._validate import (
     check_dtype_arg,
     check_even_dim,
     check_int,
+    check_out_memory,
     check_positive_int,
     check_real_array,
     check_real_scalar,
@@ -47,7 +48,7 @@ from ._validate import (
 
 __all__ = [
     "array_key",
-    "memoised",
+    "remember",
     "MAX_DIM",
     "MAX_ELEMENTS",
     "MAX_OFFSET",
@@ -59,6 +60,7 @@ __all__ = [
     "check_device",
     "check_finite_values",
     "check_int",
+    "check_out_memory",
     "check_positions",
     "check_size",
     "describe",

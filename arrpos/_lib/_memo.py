@@ -4,7 +4,7 @@ repeats a handful of signatures on every layer and step; deciding again costs mi
 decode-sized kernel call (about one) cannot hide."""
 from __future__ import annotations
 
-__all__ = ["LIMIT", "array_key", "memoised"]
+__all__ = ["LIMIT", "array_key", "remember"]
 
 LIMIT = 4096  # signatures kept per memo; past it, plans are made per call
 
@@ -17,17 +17,19 @@ def array_key(a):
     return (type(a), a.shape, a.dtype, getattr(a, "device", None))
 
 
-def memoised(plans: dict, key, make):
-    """``plans[key()]``, made by ``make()`` the first time; ``make`` validates (it raises for
-    bad arguments, and nothing is stored). ``key()`` raising AttributeError or TypeError (not
-    arrays, unhashable options) means no memo: ``make()`` runs on every such call."""
-    try:
-        k = key()
-        plan = plans.get(k)
-    except (AttributeError, TypeError):
-        return make()
-    if plan is None:
-        plan = make()
-        if len(plans) < LIMIT:
-            plans[k] = plan
+def remember(plans: dict, key, plan):
+    """Store ``plan`` under ``key`` (None: arguments without a signature, e.g. not arrays or
+    unhashable options; nothing stored) while ``plans`` holds fewer than ``LIMIT``; returns
+    ``plan``. Callers look a signature up first (inline: a decode step's microseconds) and
+    make the plan, validating the arguments, only when it is missing::
+
+        try:
+            plan = PLANS.get(key := (array_key(x), ..., options))
+        except (AttributeError, TypeError):
+            plan = key = None
+        if plan is None:
+            plan = remember(PLANS, key, make_plan(x, ...))  # raises for bad arguments
+    """
+    if key is not None and len(plans) < LIMIT:
+        plans[key] = plan
     return plan

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import operator
 
-from ._namespace import dtype_kind
+import numpy as _np
+
+from ._namespace import dtype_kind, has_zero_stride, is_read_only, is_writeable
 
 __all__ = [
     "MAX_DIM",
@@ -22,6 +24,7 @@ __all__ = [
     "check_dtype_arg",
     "check_even_dim",
     "check_int",
+    "check_out_memory",
     "check_positive_int",
     "check_real_array",
     "check_real_scalar",
@@ -184,3 +187,22 @@ def check_dtype_arg(xp, dtype, name: str = "dtype", *, device=None):
         raise TypeError(f"{name} must be a real floating dtype of {xp.__name__} (or its name, "
                         f"e.g. 'float32'), got {describe(dtype)}")
     return dtype
+
+
+def check_out_memory(out, name="out"):
+    """``out`` (None allowed) may be written in place: not read-only, not immutable (JAX),
+    no elements sharing memory. Run on every call: flags and strides are not in a signature."""
+    if out is None:
+        return
+    if type(out) is _np.ndarray:  # a decode step's out=: the same checks, fewer calls
+        if out.flags.writeable and (0 not in out.strides or not has_zero_stride(out)):
+            return
+    if is_read_only(out):
+        raise ValueError(f"{name} must be a writable array, got a read-only one")
+    if not is_writeable(out):
+        raise TypeError(f"{name}= needs a mutable array; this library's arrays are immutable "
+                        "(JAX): use the return value (under jit, XLA reuses the buffer)")
+    if has_zero_stride(out):
+        raise ValueError(f"{name} must not have elements that share memory (an expanded or "
+                         f"broadcast array), got one of shape {tuple(out.shape)} with a "
+                         f"zero stride")
