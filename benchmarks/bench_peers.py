@@ -188,8 +188,10 @@ def _peer_text(t, mine, suffix):
 
 def decode_rows(rounds, quick):
     """One decode step through the public calls: ``apply_rope_cached`` from half-width caches
-    and ``RoPE.apply`` from positions (its own cached tables), against ORT gathering from its
-    cache (into a bound output) and a numba gather-and-rotate; microseconds per call."""
+    and ``RoPE.apply`` from positions (its own cached tables), into ``out=`` and allocating,
+    against ORT gathering from its cache into a bound output and through ``run()`` (which
+    allocates), numba and NumPy; microseconds per call. Each arrpos form is paired with the
+    ORT form that does the same (preallocated with bound, allocating with ``run()``)."""
     rng = np.random.default_rng(1)
     cos_c, sin_c = _cache()
     rope = arrpos.RoPE(HEAD_DIM)
@@ -200,24 +202,35 @@ def decode_rows(rounds, quick):
         ids3 = ids[:, :, None]
         out = np.empty_like(x)
         funcs = {"apply_rope_cached": lambda: _apply_cached(x, cos_c, sin_c, ids3, out=out),
+                 "apply_rope_cached alloc": lambda: _apply_cached(x, cos_c, sin_c, ids3),
                  "RoPE.apply": lambda: rope.apply(x, ids, heads_axis=-2, out=out),
+                 "RoPE.apply alloc": lambda: rope.apply(x, ids, heads_axis=-2),
                  "numpy": lambda: _numpy_decode(x, cos_c, sin_c, ids)}
         sess = _ort_session("ms", x.shape, np.float32, False, _threads())
         if sess is not None:
-            funcs["ort-ms"] = _ort_calls(sess, x, ids, cos_c, sin_c)[1]
+            funcs["ort run"], funcs["ort bound"] = _ort_calls(sess, x, ids, cos_c, sin_c)
         numba_fn = _numba_decode()
         if numba_fn is not None:
             funcs["numba"] = lambda: numba_fn(x, cos_c, sin_c, ids, out)
         t = interleaved(funcs, rounds=rounds, min_time=0.01)
         what = "1 token" if batch == 1 else f"{batch} sequences, own positions"
-        peers = [k for k in ("ort-ms", "numba", "numpy") if k in t]
         for mine in ("apply_rope_cached", "RoPE.apply"):
-            ratios = ", ".join(f"{k} {t[k] / t[mine]:.2f}" for k in peers)
             rows.append((f"decode {mine} ({what})", str(x.shape), t[mine] * 1e3,
-                         f"{t[mine] * 1e6:.2f} us per call",
-                         f"peer/arrpos: {ratios}" + ("" if "ort-ms" in t else
-                                                     " (no ONNX Runtime)")))
+                         f"{t[mine] * 1e6:.2f} us into out=, {t[mine + ' alloc'] * 1e6:.2f} us "
+                         f"allocating", "peer/arrpos: " + _decode_peers(t, mine)))
     return rows
+
+
+def _decode_peers(t, mine):
+    """ORT bound vs arrpos into out=, ORT run() vs arrpos allocating, numba/numpy vs out=."""
+    if "ort bound" not in t:
+        parts = ["no ONNX Runtime"]
+    else:
+        parts = [f"ORT bound {t['ort bound'] * 1e6:.2f} us {t['ort bound'] / t[mine]:.2f}",
+                 f"ORT run() {t['ort run'] * 1e6:.2f} us "
+                 f"{t['ort run'] / t[mine + ' alloc']:.2f} (vs allocating)"]
+    parts += [f"{k} {t[k] / t[mine]:.2f}" for k in ("numba", "numpy") if k in t]
+    return ", ".join(parts)
 
 
 def _numpy_decode(x, cos_c, sin_c, ids):

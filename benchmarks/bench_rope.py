@@ -154,76 +154,9 @@ def _decode_row(rounds):
             f"{t['kernel'] * 1e6:.1f} us per call", f"np.copyto of the same: {t['copy'] * 1e6:.1f} us")
 
 
-def _ort_session(shape, max_pos, dtype):
-    """ONNX Runtime's com.microsoft RotaryEmbedding (gathers from its cos/sin cache), 1 thread;
-    None when onnxruntime is not installed."""
-    try:
-        import onnxruntime as ort
-        from onnx import TensorProto, helper
-    except ImportError:
-        return None
-    b, s, h, d = shape
-    et = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}[
-        np.dtype(dtype)]
-    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cc", "sc"], ["y"],
-                            domain="com.microsoft", num_heads=h, interleaved=0)
-    io = [helper.make_tensor_value_info("x", et, [b, s, h * d]),
-          helper.make_tensor_value_info("pos", TensorProto.INT64, [b, s]),
-          helper.make_tensor_value_info("cc", et, [max_pos, d // 2]),
-          helper.make_tensor_value_info("sc", et, [max_pos, d // 2])]
-    graph = helper.make_graph([node], "rope", io,
-                              [helper.make_tensor_value_info("y", et, [b, s, h * d])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.microsoft", 1)])
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
-
-
-def _cached_call():
-    """The fused gather-and-rotate: the public function once it exists, else its adapter."""
-    import array_api_compat.numpy as xnp
-
-    if hasattr(arrpos, "apply_rope_cached"):
-        return lambda x, c, s, p, out=None: arrpos.apply_rope_cached(x, c, s, p, out=out)
-    return lambda x, c, s, p, out=None: _dispatch.call(
-        "apply_rope_cached", xnp, x, c, s, p, arrays=(x, c, s, p, out), layout="half",
-        inverse=False, out=out)
-
-
-def _positions_rows(rounds):
-    """Decode from positions: one token (1,1,32,128), and 32 sequences at their own positions;
-    against ONNX Runtime gathering from its cache (allocating run())."""
-    rng = np.random.default_rng(4)
-    max_pos = 4096
-    ang = rng.uniform(-3, 3, size=(max_pos, DECODE[3] // 2))
-    cc, sc = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
-    call = _cached_call()
-    rows = []
-    for batch in (1, 32):
-        shape = (batch, 1, DECODE[2], DECODE[3])
-        x = rng.standard_normal(shape, dtype=np.float32)
-        out = np.empty_like(x)
-        pos = rng.integers(0, max_pos, size=(batch, 1)).astype(np.int64)
-        funcs = {"kernel": lambda: call(x, cc, sc, pos[:, :, None], out=out),
-                 "alloc": lambda: call(x, cc, sc, pos[:, :, None])}
-        sess = _ort_session(shape, max_pos, np.float32)
-        if sess is not None:
-            feeds = {"x": x.reshape(batch, 1, -1), "pos": pos, "cc": cc, "sc": sc}
-            funcs["ort"] = lambda: sess.run(None, feeds)
-        t = interleaved(funcs, rounds=rounds, min_time=0.05)
-        peer = f"ORT gather {t['ort'] * 1e6:.1f} us: {t['kernel'] / t['ort']:.2f} x" if \
-            "ort" in t else "onnxruntime not installed"
-        rows.append((f"decode from positions, {batch} sequence(s)", f"{shape} f32",
-                     t["kernel"] * 1e3, f"{t['kernel'] * 1e6:.1f} us (allocating "
-                     f"{t['alloc'] * 1e6:.1f} us)", peer))
-    return rows
-
-
 def _sixteen_bit_rows(rounds):
     """float16 / bfloat16 apply (NumPy; torch bfloat16 through DLPack) against float32 on the
-    same shape and ONNX Runtime float16 (allocating run()) where installed."""
+    same shape and ONNX Runtime float16 (into a bound output) where installed."""
     rng = np.random.default_rng(5)
     shape = (1, 2048, 32, 128)
     x32 = _buffer(rng.standard_normal(shape, dtype=np.float32))
@@ -237,13 +170,9 @@ def _sixteen_bit_rows(rounds):
         dts["bf16"] = ml_dtypes.bfloat16
     except ImportError:
         pass
-    import array_api_compat.numpy as xnp
-
-    for name, dt in dts.items():  # the dispatcher directly: public validation predates bf16
+    for name, dt in dts.items():
         xh, oh = _buffer(x32.astype(dt)), _buffer(np.zeros(shape, dt))
-        funcs[name] = lambda xh=xh, oh=oh: _dispatch.call(
-            "apply_rope", xnp, xh, cos, sin, arrays=(xh, cos, sin, oh), layout="half",
-            inverse=False, out=oh)
+        funcs[name] = lambda xh=xh, oh=oh: arrpos.apply_rope(xh, cos, sin, out=oh)
     try:
         import torch
 
@@ -254,18 +183,18 @@ def _sixteen_bit_rows(rounds):
         funcs["torch bf16"] = lambda: arrpos.apply_rope(tx, tc, ts, out=tout)
     except ImportError:
         pass
-    max_pos = shape[1]
-    sess = _ort_session(shape, max_pos, np.float16)
-    if sess is not None:
-        ang = rng.uniform(-3, 3, size=(max_pos, shape[3] // 2))
-        feeds = {"x": x32.astype(np.float16).reshape(1, shape[1], -1),
-                 "pos": np.arange(shape[1])[None], "cc": np.cos(ang).astype(np.float16),
-                 "sc": np.sin(ang).astype(np.float16)}
-        funcs["ort f16"] = lambda: sess.run(None, feeds)
+    from .bench_peers import MAX_POS, _cache, _ort_calls, _ort_session, _threads
+
+    sess = _ort_session("ms", shape, np.float16, False, _threads())
+    if sess is not None:  # ORT into a bound (preallocated) output, like the out= rows here
+        cc, sc = (c.astype(np.float16) for c in _cache())
+        pos = (np.arange(shape[1]) % MAX_POS)[None].astype(np.int64)
+        funcs["ort f16"] = _ort_calls(sess, x32.astype(np.float16), pos, cc, sc)[1]
     t = interleaved(funcs, rounds=rounds)
     rows = []
     for name in [n for n in funcs if n not in ("f32", "ort f16")]:
-        peer = f"{t[name] / t['ort f16']:.2f} x ORT float16" if "ort f16" in t else ""
+        peer = (f"{t[name] / t['ort f16']:.2f} x ORT float16 (bound output)" if "ort f16" in t
+                else "")
         rows.append((f"apply_rope {name} into out", f"{shape}", t[name] * 1e3,
                      f"{t[name] / t['f32']:.2f} x arrpos float32", peer))
     return rows
@@ -284,6 +213,5 @@ def run(quick=False, rounds=None):
     for layout in layouts:
         rows.append(_table_row(np.float32, layout, r))
     rows.append(_decode_row(r + 4))
-    rows += _positions_rows(r + 4)
     rows += _sixteen_bit_rows(r)
     return rows, None
