@@ -1,5 +1,5 @@
 """Each public docstring's "Backend support" note agrees with the dispatch table: a function
-whose arithmetic goes through ``_dispatch.call(op, ...)`` names every library whose adapter
+whose arithmetic goes through ``_dispatch.call(op, ...)`` (or ``route``/``run``) names every library whose adapter
 defines ``op``; a function that never dispatches claims no compiled path."""
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def _ops(fn):
         obj = getattr(module, helper, None)
         if inspect.isfunction(obj):
             src += inspect.getsource(obj)
-    return set(re.findall(r'_dispatch\.call(?:_checked)?\(\s*"(\w+)"', src))
+    return set(re.findall(r'_dispatch\.(?:call(?:_checked)?|route)\(\s*"(\w+)"', src)) | set(
+        re.findall(r'_dispatch\.run\(\s*\w+,\s*"(\w+)"', src))
 
 
 def _note(doc):
