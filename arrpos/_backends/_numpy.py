@@ -312,9 +312,10 @@ def _tables_for(tx, cos, sin, tc):
 
 def _rotate(x, cos, sin, out, tx, tc, interleaved, inverse, pos=None):
     """The kernel into ``out`` (allocated when None); returns the result."""
+    nbytes = x.nbytes
     if out is None:
-        out = _empty(x.shape, x.dtype)
-    nbytes = out.nbytes
+        out = np.empty(x.shape, x.dtype) if nbytes < _BLOCK_MIN_BYTES else _empty(x.shape,
+                                                                                   x.dtype)
     if nbytes < _PARALLEL_MIN_BYTES:  # decode-sized: one thread, cached stores
         nthreads, stream = 1, False
     else:
