@@ -43,12 +43,13 @@ class Canvas:
     canvas of the same key). Exposes its bytes through ``__array_interface__``, so every view
     of it has a base whose base is this canvas."""
 
-    __slots__ = ("key", "shape", "dtype", "_block", "_adopted", "_lock", "__weakref__")
+    __slots__ = ("key", "shape", "dtype", "_block", "_adopted", "_shared", "_lock",
+                 "__weakref__")
 
     def __init__(self, key, shape, dtype):
         self.key, self.shape, self.dtype = key, tuple(shape), np.dtype(dtype)
         self._block = None
-        self._adopted = False
+        self._adopted = self._shared = False  # handed out whole / as chunks
         self._lock = threading.Lock()
 
     def __reduce__(self):
@@ -73,12 +74,20 @@ class Canvas:
         return None if self._block is None else self._block.ctypes.data
 
     def adopt(self):
-        """The whole canvas as one array, the first time only (else None)."""
+        """The whole canvas as one array, the first time only and never once its chunks were
+        handed out (else None)."""
         with self._lock:
-            if self._adopted or self._block is None:
+            if self._adopted or self._shared or self._block is None:
                 return None
             self._adopted = True
         return self._whole()
+
+    def share(self) -> bool:
+        """Marks the chunks as handed out as they are (the canvas is then never adopted);
+        False if it was adopted already (the caller copies its chunk)."""
+        with self._lock:
+            self._shared = not self._adopted
+            return self._shared
 
 
 def _size(shape):
@@ -185,6 +194,18 @@ class CanvasArray(da.Array):
 
     def __dask_postcompute__(self):
         return assemble, (self.chunks,)
+
+    def to_delayed(self, optimize_graph=True):
+        """As Dask's, but a chunk handed out as a ``Delayed`` result is never also part of a
+        canvas that a ``compute()`` in the same call returns whole (it is copied instead)."""
+        plain = da.Array(self.dask, self.name, self.chunks, meta=self._meta)
+        return plain.map_blocks(_handed_out, dtype=self.dtype, meta=self._meta).to_delayed(
+            optimize_graph=optimize_graph)
+
+
+def _handed_out(block):
+    canvas = _owner(block)
+    return block if canvas is None or canvas.share() else block.copy()
 
 
 def wrap(arr):
