@@ -364,7 +364,7 @@ def test_apply_rope_qk_grouped_heads_equals_numpy():
 # --- dask.distributed: worker processes ---------------------------------------------------------
 
 _CLUSTER_SCRIPT = textwrap.dedent("""
-    import numpy as np, dask.array as da, arrpos
+    import numpy as np, dask, dask.array as da, arrpos
     from dask.distributed import Client, LocalCluster
 
     if __name__ == "__main__":
@@ -385,7 +385,11 @@ _CLUSTER_SCRIPT = textwrap.dedent("""
                 np.testing.assert_array_equal(g, r)
             pids = set(client.run(__import__("os").getpid).values())
             assert len(pids) == 2 and __import__("os").getpid() not in pids
-            print("cluster ok")
+        # the multiprocessing scheduler: canvases pickled to worker processes, chunks back
+        got = dask.compute(t, c, s, y, scheduler="processes", num_workers=2)
+        for g, r in zip(got, refs):
+            np.testing.assert_array_equal(g, r)
+        print("cluster ok")
 """)
 
 
