@@ -190,9 +190,10 @@ def _item(pair, i):
 
 def _split_pair(pairs, metas, chunkss, name):
     """Two arrays from a blockwise array whose blocks are pairs (one task computes both)."""
+    ind = tuple(range(pairs.ndim))
     return tuple(
-        pairs.map_blocks(_item, i, chunks=chunks, dtype=meta.dtype, meta=meta,
-                         token=f"{name}-{i}")
+        da.blockwise(_item, ind, pairs, ind, i, None, adjust_chunks=dict(zip(ind, chunks)),
+                     align_arrays=False, meta=meta, token=f"{name}-{i}")
         for i, (meta, chunks) in enumerate(zip(metas, chunkss)))
 
 
