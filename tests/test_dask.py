@@ -602,3 +602,19 @@ def test_in_process_cluster_results_are_independent():
     assert not np.shares_memory(a, c) and not np.shares_memory(d, e)
     d[...] = -1
     np.testing.assert_array_equal(e, rt)
+
+
+def test_sin_chunks_are_computed_where_their_cos_task_did_not_write():
+    """A sin chunk comes from the canvas region its cos task wrote in the same process, else
+    (another worker process) it is computed there: never an unwritten region."""
+    from arrpos._backends import _dask, _dask_canvas
+
+    inv, _ = arrpos.rope_frequencies(16)
+    ref = arrpos.rope_cos_sin(np.arange(200), inv, dtype=np.float32)[1]
+    opts = dict(layout="half", attention_factor=1.0, axes=None, dtype=np.dtype(np.float32))
+    canvas = _dask_canvas.new_canvas(ref.shape, np.float32)
+    region = (slice(100, 160, None),)
+    cos_block = np.zeros((60, ref.shape[1]), np.float32)
+    got = _dask._rope_sin_block(cos_block, np.arange(100, 160), inv, opts, canvas, region)
+    np.testing.assert_array_equal(got, ref[100:160])
+    assert _dask_canvas._owner(got) is canvas

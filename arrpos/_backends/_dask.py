@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 import dask.array as da
+import numpy as np
 from dask.array.utils import meta_from_array
 from dask.layers import ArraySliceDep
 
@@ -123,10 +124,25 @@ def _sinusoid_block(positions, hi, lo, opts, canvas=None, region=None):
 
 def _rope_table_block(positions, inv_freq, opts, cos_canvas=None, sin_canvas=None,
                       cos_region=None, sin_region=None):
+    """Both tables of a chunk; with canvases, returns cos only and records the sin region
+    as written, for ``_rope_sin_block`` (one task fewer per chunk than splitting a pair)."""
     positions, inv_freq = _only(positions), _only(inv_freq)
-    out = _regions(None if cos_canvas is None else (cos_canvas, sin_canvas),
-                   (cos_region, sin_region))
-    return _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts, out)
+    if cos_canvas is None:
+        return _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts)
+    out = _regions((cos_canvas, sin_canvas), (cos_region, sin_region))
+    _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts, out)
+    sin_canvas.mark_written(sin_region)
+    return out[0]
+
+
+def _rope_sin_block(cos_block, positions, inv_freq, opts, sin_canvas, region):
+    """A chunk of sin: the region that the task making ``cos_block`` wrote when it ran in
+    this process (always, on the local schedulers), else computed here into it."""
+    if not sin_canvas.was_written(region):
+        positions, inv_freq = _only(positions), _only(inv_freq)
+        out = (np.empty_like(cos_block), sin_canvas.region(region))
+        _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts, out)
+    return sin_canvas.region(region)
 
 
 def _apply_block(x, cos, sin, opts, canvas=None, region=None):
@@ -202,7 +218,7 @@ def _blockwise(func, out_ind, pairs, opts, outputs, **kwargs):
     whose tasks also get canvases and regions for their outputs (see ``_dask_canvas``):
     ``outputs(first)`` gives ``((chunks, dtype), ...)`` of the op's outputs, from the first
     array once aligned. No canvases where a chunk would not be one C-contiguous region of
-    its output. Returns ``(array, whether it has canvases)``."""
+    its output. Returns ``(array, the extra arguments: canvases, then regions, or ())``."""
     _, arrays = da.core.unify_chunks(*pairs)  # aligned as blockwise would, here so the
     pairs = tuple(v for a, ind in zip(arrays, pairs[1::2]) for v in (a, ind))  # regions match
     outs = outputs(pairs[0])
@@ -216,7 +232,7 @@ def _blockwise(func, out_ind, pairs, opts, outputs, **kwargs):
             v for r in regions for v in (r, lead))
     res = da.blockwise(func, out_ind, *pairs, opts, None, *extra, align_arrays=False,
                        **kwargs)
-    return res, bool(extra)
+    return res, extra
 
 
 def _canvas_array(arr, has_canvas):
@@ -259,12 +275,18 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     width = 2 * inv_freq.shape[0]
     meta = _meta(positions, lead + 1, dtype)
     opts = dict(layout=layout, attention_factor=attention_factor, axes=axes, dtype=dtype)
-    pairs, canvas = _blockwise(
-        _rope_table_block, ind + (_TABLE,), (positions, pos_ind, inv_freq, (_FREQ,)), opts,
+    args = (positions, pos_ind, inv_freq, (_FREQ,))
+    res, extra = _blockwise(
+        _rope_table_block, ind + (_TABLE,), args, opts,
         lambda p: ((p.chunks[:lead] + ((width,),), dtype),) * 2, new_axes={_TABLE: width},
         concatenate=False, meta=meta, token="arrpos-rope_cos_sin")
-    cos, sin = _split_pair(pairs, (meta, meta), (pairs.chunks, pairs.chunks), "arrpos-rope")
-    cos, sin = _canvas_array(cos, canvas), _canvas_array(sin, canvas)
+    if extra:  # res is cos; sin's tasks take their chunks from the canvas res's tasks wrote
+        sin = da.blockwise(_rope_sin_block, ind + (_TABLE,), res, ind + (_TABLE,), *args,
+                           opts, None, *extra[2:4], *extra[6:8], align_arrays=False,
+                           concatenate=False, meta=meta, token="arrpos-rope-sin")
+        cos, sin = _canvas_array(res, extra), _canvas_array(sin, extra)
+    else:
+        cos, sin = _split_pair(res, (meta, meta), (res.chunks, res.chunks), "arrpos-rope")
     if out is not None:
         return _store(out[0], cos), _store(out[1], sin)
     return cos, sin

@@ -43,13 +43,14 @@ class Canvas:
     canvas of the same key). Exposes its bytes through ``__array_interface__``, so every view
     of it has a base whose base is this canvas."""
 
-    __slots__ = ("key", "shape", "dtype", "_block", "_adopted", "_shared", "_lock",
+    __slots__ = ("key", "shape", "dtype", "_block", "_adopted", "_shared", "_written", "_lock",
                  "__weakref__")
 
     def __init__(self, key, shape, dtype):
         self.key, self.shape, self.dtype = key, tuple(shape), np.dtype(dtype)
         self._block = None
         self._adopted = self._shared = False  # handed out whole / as chunks
+        self._written = set()  # regions written in this process (``mark_written``)
         self._lock = threading.Lock()
 
     def __reduce__(self):
@@ -70,6 +71,16 @@ class Canvas:
         """The writable view of the canvas at ``slices`` (one chunk's place)."""
         return self._whole()[slices]
 
+    def mark_written(self, slices):
+        """Records that this process wrote the region ``slices``."""
+        with self._lock:
+            self._written.add(_region_key(slices))
+
+    def was_written(self, slices) -> bool:
+        """Whether this process wrote the region ``slices`` (``mark_written``)."""
+        with self._lock:
+            return _region_key(slices) in self._written
+
     def address(self):
         return None if self._block is None else self._block.ctypes.data
 
@@ -88,6 +99,10 @@ class Canvas:
         with self._lock:
             self._shared = not self._adopted
             return self._shared
+
+
+def _region_key(slices):
+    return tuple((s.start, s.stop) for s in slices)  # (slices hash from Python 3.12 only)
 
 
 def _size(shape):
