@@ -588,7 +588,9 @@ def test_equal_graphs_of_different_data_never_share_a_canvas():
 
 def test_in_process_cluster_results_are_independent():
     pytest.importorskip("distributed")
-    from dask.distributed import Client, LocalCluster
+    from dask.distributed import Client, LocalCluster, futures_of
+
+    from arrpos._backends import _dask_canvas
 
     (_, t, rt), _, _, (_, y, ry) = _canvas_cases()
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
@@ -597,6 +599,9 @@ def test_in_process_cluster_results_are_independent():
         c = client.compute(y, sync=True)
         kept = client.persist(t)
         d, e = kept.compute(), kept.compute()
+        # workers allocate chunk by chunk (their memory manager frees and spills chunks)
+        blocks = client.gather(futures_of(kept))
+        assert all(_dask_canvas._owner(blk) is None for blk in blocks)
     for g in (a, b, c):
         np.testing.assert_array_equal(g, ry)
     assert not np.shares_memory(a, c) and not np.shares_memory(d, e)
@@ -605,16 +610,32 @@ def test_in_process_cluster_results_are_independent():
 
 
 def test_sin_chunks_are_computed_where_their_cos_task_did_not_write():
-    """A sin chunk comes from the canvas region its cos task wrote in the same process, else
-    (another worker process) it is computed there: never an unwritten region."""
+    """A sin chunk is the one its cos task kept in the same process, else (another worker
+    process) it is computed there: never an unwritten region."""
     from arrpos._backends import _dask, _dask_canvas
 
     inv, _ = arrpos.rope_frequencies(16)
     ref = arrpos.rope_cos_sin(np.arange(200), inv, dtype=np.float32)[1]
     opts = dict(layout="half", attention_factor=1.0, axes=None, dtype=np.dtype(np.float32))
-    canvas = _dask_canvas.new_canvas(ref.shape, np.float32)
     region = (slice(100, 160, None),)
     cos_block = np.zeros((60, ref.shape[1]), np.float32)
-    got = _dask._rope_sin_block(cos_block, np.arange(100, 160), inv, opts, canvas, region)
-    np.testing.assert_array_equal(got, ref[100:160])
-    assert _dask_canvas._owner(got) is canvas
+    for enabled in (True, False):
+        canvas = _dask_canvas.new_canvas(ref.shape, np.float32)
+        canvas.enabled = enabled
+        got = _dask._rope_sin_block(cos_block, np.arange(100, 160), inv, opts, canvas, region)
+        np.testing.assert_array_equal(got, ref[100:160])
+        assert (_dask_canvas._owner(got) is canvas) == enabled
+
+
+def test_canvases_off_on_workers_and_for_outputs_too_large(monkeypatch):
+    """Where a canvas is off (dask.distributed workers, outputs above the cap) each chunk is
+    allocated on its own, as without canvases, and compute() joins them."""
+    from arrpos._backends import _dask_canvas
+
+    monkeypatch.setattr(_dask_canvas, "_cap", lambda: 1000)
+    for name, arr, ref in _canvas_cases():
+        got = arr.compute(scheduler="threads")
+        np.testing.assert_array_equal(got, ref, err_msg=name)
+        assert not _whole_canvas(got), name
+        blocks = dask.compute(*arr.to_delayed().ravel(), scheduler="sync")
+        assert all(_dask_canvas._owner(b) is None for b in blocks), name

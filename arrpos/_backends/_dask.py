@@ -109,12 +109,17 @@ def _chunk_call(op, args, arrays, opts, out=None):
 
 
 def _regions(canvases, region):
-    """The chunk's views of its output canvases (None without canvases)."""
-    if canvases is None:
+    """The chunk's views of its output canvases (None without canvases, or where they are off:
+    the kernel then allocates the chunk)."""
+    if canvases is None or not all(c.enabled for c in _as_tuple(canvases)):
         return None
     if isinstance(canvases, tuple):
         return tuple(c.region(r) for c, r in zip(canvases, region))
     return canvases.region(region)
+
+
+def _as_tuple(a):
+    return a if isinstance(a, tuple) else (a,)
 
 
 def _sinusoid_block(positions, hi, lo, opts, canvas=None, region=None):
@@ -124,25 +129,30 @@ def _sinusoid_block(positions, hi, lo, opts, canvas=None, region=None):
 
 def _rope_table_block(positions, inv_freq, opts, cos_canvas=None, sin_canvas=None,
                       cos_region=None, sin_region=None):
-    """Both tables of a chunk; with canvases, returns cos only and records the sin region
-    as written, for ``_rope_sin_block`` (one task fewer per chunk than splitting a pair)."""
+    """Both tables of a chunk; with canvases, returns cos and keeps sin on its canvas for the
+    chunk's ``_rope_sin_block`` (one task fewer per chunk than splitting a pair)."""
     positions, inv_freq = _only(positions), _only(inv_freq)
+    out = _regions(None if cos_canvas is None else (cos_canvas, sin_canvas),
+                   (cos_region, sin_region))
+    cos, sin = _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts,
+                           out)
     if cos_canvas is None:
-        return _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts)
-    out = _regions((cos_canvas, sin_canvas), (cos_region, sin_region))
-    _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts, out)
-    sin_canvas.mark_written(sin_region)
-    return out[0]
+        return cos, sin
+    sin_canvas.keep(sin_region, sin)
+    return cos
 
 
 def _rope_sin_block(cos_block, positions, inv_freq, opts, sin_canvas, region):
-    """A chunk of sin: the region that the task making ``cos_block`` wrote when it ran in
-    this process (always, on the local schedulers), else computed here into it."""
-    if not sin_canvas.was_written(region):
+    """A chunk of sin: the one its cos task kept when that ran in this process (always, on
+    the local schedulers), else computed here."""
+    sin = sin_canvas.take(region)
+    if sin is None:
         positions, inv_freq = _only(positions), _only(inv_freq)
-        out = (np.empty_like(cos_block), sin_canvas.region(region))
-        _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts, out)
-    return sin_canvas.region(region)
+        out = _regions(sin_canvas, region)
+        out = None if out is None else (np.empty_like(cos_block), out)
+        sin = _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts,
+                          out)[1]
+    return sin
 
 
 def _apply_block(x, cos, sin, opts, canvas=None, region=None):

@@ -18,6 +18,7 @@ the chunks are always joined.
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import threading
 import uuid
@@ -43,14 +44,17 @@ class Canvas:
     canvas of the same key). Exposes its bytes through ``__array_interface__``, so every view
     of it has a base whose base is this canvas."""
 
-    __slots__ = ("key", "shape", "dtype", "_block", "_adopted", "_shared", "_written", "_lock",
-                 "__weakref__")
+    __slots__ = ("key", "shape", "dtype", "enabled", "_block", "_adopted", "_shared", "_kept",
+                 "_lock", "__weakref__")
 
     def __init__(self, key, shape, dtype):
         self.key, self.shape, self.dtype = key, tuple(shape), np.dtype(dtype)
         self._block = None
+        # off on dask.distributed workers (whose memory manager frees and spills chunk by
+        # chunk, which a canvas would defeat) and for outputs too large to hold whole
+        self.enabled = not _in_worker() and self.dtype.itemsize * _size(self.shape) <= _cap()
         self._adopted = self._shared = False  # handed out whole / as chunks
-        self._written = set()  # regions written in this process (``mark_written``)
+        self._kept = {}  # chunks a task made for another task of this process (``keep``)
         self._lock = threading.Lock()
 
     def __reduce__(self):
@@ -71,15 +75,20 @@ class Canvas:
         """The writable view of the canvas at ``slices`` (one chunk's place)."""
         return self._whole()[slices]
 
-    def mark_written(self, slices):
-        """Records that this process wrote the region ``slices``."""
+    def keep(self, slices, chunk):
+        """Keeps ``chunk`` (the chunk at ``slices``, made by a task for another) for ``take``;
+        a region of this canvas by its place only (the canvas holds no view of itself)."""
         with self._lock:
-            self._written.add(_region_key(slices))
+            self._kept[_region_key(slices)] = None if _owner(chunk) is self else chunk
 
-    def was_written(self, slices) -> bool:
-        """Whether this process wrote the region ``slices`` (``mark_written``)."""
+    def take(self, slices):
+        """The chunk at ``slices`` kept in this process (once), or None."""
         with self._lock:
-            return _region_key(slices) in self._written
+            key = _region_key(slices)
+            if key not in self._kept:
+                return None
+            chunk = self._kept.pop(key)
+        return self.region(slices) if chunk is None else chunk
 
     def address(self):
         return None if self._block is None else self._block.ctypes.data
@@ -103,6 +112,15 @@ class Canvas:
 
 def _region_key(slices):
     return tuple((s.start, s.stop) for s in slices)  # (slices hash from Python 3.12 only)
+
+
+def _cap() -> int:
+    """The largest output given a canvas: an eighth of physical memory (a canvas stays mapped
+    while any of its chunks lives, so Dask consuming it chunk by chunk frees nothing)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8
+    except (AttributeError, OSError, ValueError):
+        return 1 << 30
 
 
 def _size(shape):
