@@ -11,9 +11,12 @@ own join otherwise (chunks that crossed processes, graphs rebuilt after ``persis
 
 Why the result is never shared: every execution of a graph makes a new canvas (the task is not
 cached between computes, and ``persist`` rebuilds a plain ``dask.array.Array``, whose chunks are
-then joined as usual); each canvas is handed out at most once; only its own tasks write into
-it; and on ``dask.distributed`` workers (where the chunks may stay stored for other clients)
-the chunks are always joined.
+then joined as usual); each canvas is handed out whole at most once, and never once its chunks
+were handed out through ``to_delayed``; only its own tasks write into it.
+
+Where a canvas is off (``Canvas.enabled``: on ``dask.distributed`` workers, whose memory
+manager frees and spills chunk by chunk, and for outputs too large to hold whole) the tasks
+allocate their chunks as without it and ``compute()`` joins them.
 """
 from __future__ import annotations
 
