@@ -364,7 +364,7 @@ def test_apply_rope_qk_grouped_heads_equals_numpy():
 # --- dask.distributed: worker processes ---------------------------------------------------------
 
 _CLUSTER_SCRIPT = textwrap.dedent("""
-    import numpy as np, dask.array as da, arrpos
+    import numpy as np, dask, dask.array as da, arrpos
     from dask.distributed import Client, LocalCluster
 
     if __name__ == "__main__":
@@ -385,7 +385,11 @@ _CLUSTER_SCRIPT = textwrap.dedent("""
                 np.testing.assert_array_equal(g, r)
             pids = set(client.run(__import__("os").getpid).values())
             assert len(pids) == 2 and __import__("os").getpid() not in pids
-            print("cluster ok")
+        # the multiprocessing scheduler: canvases pickled to worker processes, chunks back
+        got = dask.compute(t, c, s, y, scheduler="processes", num_workers=2)
+        for g, r in zip(got, refs):
+            np.testing.assert_array_equal(g, r)
+        print("cluster ok")
 """)
 
 
@@ -454,3 +458,184 @@ def test_sinusoid_family_on_dask():
     np.testing.assert_array_equal(
         arrpos.timestep_embedding(da.from_array(t, chunks=2), 32).compute(),
         arrpos.timestep_embedding(t, 32))
+
+
+# --- compute() returns the tasks' canvas instead of joining the chunks ---------------------------
+
+
+def _canvas_cases():
+    """(name, Dask result, NumPy reference) for the ops whose chunk tasks share a canvas."""
+    inv, _ = arrpos.rope_frequencies(32)
+    pos = da.arange(1000, chunks=300)
+    c, s = arrpos.rope_cos_sin(pos, da.from_array(inv), dtype=np.float32)
+    rc, rs = arrpos.rope_cos_sin(np.arange(1000), inv, dtype=np.float32)
+    x = RNG.standard_normal((2, 1000, 3, 32)).astype(np.float32)
+    y = arrpos.apply_rope(da.from_array(x, chunks=(1, 300, 3, 32)), c[:, None], s[:, None])
+    return [("sinusoidal", arrpos.sinusoidal(pos, 48), arrpos.sinusoidal(np.arange(1000), 48)),
+            ("cos", c, rc), ("sin", s, rs),
+            ("apply_rope", y, arrpos.apply_rope(x, rc[:, None], rs[:, None]))]
+
+
+def _whole_canvas(result) -> bool:
+    """Whether ``result`` is a canvas handed out whole (the join was skipped)."""
+    from arrpos._backends._dask_canvas import Canvas
+
+    return isinstance(getattr(result.base, "base", None), Canvas)
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "sync"])
+def test_compute_returns_one_plain_array_without_the_join(scheduler):
+    for name, arr, ref in _canvas_cases():
+        got = arr.compute(scheduler=scheduler)
+        assert type(got) is np.ndarray and got.flags.c_contiguous and got.flags.writeable, name
+        assert got.shape == ref.shape and got.dtype == ref.dtype, name
+        np.testing.assert_array_equal(got, ref, err_msg=name)
+        assert _whole_canvas(got), name  # the chunks were written in place, not concatenated
+        got[...] = 0  # writable through and through
+
+
+def test_computing_twice_gives_independent_results():
+    for name, arr, ref in _canvas_cases():
+        first = arr.compute(scheduler="threads")
+        second = arr.compute(scheduler="threads")
+        assert not np.shares_memory(first, second), name
+        first[...] = -1
+        third = arr.compute(scheduler="threads")  # may reuse freed memory, never live results
+        np.testing.assert_array_equal(second, ref, err_msg=name)
+        np.testing.assert_array_equal(third, ref, err_msg=name)
+        assert (first == -1).all() and not np.shares_memory(third, first), name
+
+
+def test_persisted_results_are_plain_dask_arrays_and_computes_copy():
+    for name, arr, ref in _canvas_cases():
+        kept = arr.persist(scheduler="threads")
+        assert type(kept) is da.Array, name
+        a, b = kept.compute(), kept.compute()
+        assert not np.shares_memory(a, b), name
+        a[...] = -1
+        np.testing.assert_array_equal(kept.compute(), ref, err_msg=name)
+        np.testing.assert_array_equal(b, ref, err_msg=name)
+        (kept2,) = dask.persist(arr, scheduler="sync")
+        np.testing.assert_array_equal((kept2 + 1).compute(), ref + 1, err_msg=name)
+
+
+def test_derived_arrays_are_plain_and_correct():
+    for name, arr, ref in _canvas_cases():
+        for derived, expected in [(arr[1:7], ref[1:7]), (arr + 1, ref + 1), (arr[::2], ref[::2]),
+                                  (arr.T, ref.T), (arr.rechunk(arr.shape), ref)]:
+            assert type(derived) is da.Array, name
+            got = derived.compute()
+            np.testing.assert_array_equal(got, expected, err_msg=name)
+            assert not _whole_canvas(got), name
+
+
+def test_computed_together_with_other_collections():
+    (n1, t, rt), (_, c, rc), (_, s, rs), (_, y, ry) = _canvas_cases()
+    got = dask.compute(t, t + 1, t[:300], c, s, y, y.sum(), scheduler="threads")
+    for g, r in zip(got, [rt, rt + 1, rt[:300], rc, rs, ry]):
+        np.testing.assert_array_equal(g, r)
+    np.testing.assert_allclose(got[6], ry.sum(dtype=np.float64), rtol=1e-4)
+    whole = got[0]
+    whole[...] = -1  # the others stay as they were
+    for g, r in zip(got[1:6], [rt + 1, rt[:300], rc, rs, ry]):
+        np.testing.assert_array_equal(g, r)
+    # the same array twice: one result, as Dask gives for any array (values checked)
+    a, b = dask.compute(y, y, scheduler="threads")
+    np.testing.assert_array_equal(a, ry)
+    np.testing.assert_array_equal(b, ry)
+
+
+def test_chunks_handed_out_as_delayed_are_never_in_the_whole_result():
+    for name, arr, ref in _canvas_cases():
+        blocks = arr.to_delayed().ravel().tolist()
+        got = dask.compute(arr, *blocks, scheduler="threads")
+        whole, parts = got[0], got[1:]
+        np.testing.assert_array_equal(whole, ref, err_msg=name)
+        assert not any(np.shares_memory(whole, p) for p in parts), name
+        grid = np.empty(len(parts), dtype=object)
+        grid[:] = parts
+        np.testing.assert_array_equal(
+            da.core.concatenate3(grid.reshape(arr.numblocks).tolist()), ref, err_msg=name)
+        alone = dask.compute(*blocks, scheduler="sync")  # chunks alone: still equal
+        np.testing.assert_array_equal(alone[0], ref[tuple(slice(0, n[0]) for n in arr.chunks)])
+
+
+def test_canvas_only_where_each_chunk_is_one_contiguous_region():
+    from arrpos._backends import _dask_canvas
+
+    assert _dask_canvas.fits(((300, 300, 100), (48,)))
+    assert _dask_canvas.fits(((1, 1), (300, 200), (3,), (32,)))
+    assert not _dask_canvas.fits(((2, 2), (300, 200), (3,), (32,)))  # rows of a chunk apart
+    assert not _dask_canvas.fits(((2,), (300,), (1, 2), (32,)))
+    assert not _dask_canvas.fits(((np.nan, np.nan), (8,)))
+    assert not _dask_canvas.fits(((0,), (8,)))
+    # heads chunked: no canvas, Dask's join, same values
+    x = RNG.standard_normal((2, 64, 4, 16)).astype(np.float32)
+    c, s = arrpos.rope_cos_sin(np.arange(64), np.ones(8) / 7, dtype=np.float32)
+    y = arrpos.apply_rope(da.from_array(x, chunks=(2, 32, 2, 16)), da.from_array(c[:, None]),
+                          da.from_array(s[:, None]))
+    assert type(y) is da.Array
+    np.testing.assert_array_equal(y.compute(), arrpos.apply_rope(x, c[:, None], s[:, None]))
+
+
+def test_equal_graphs_of_different_data_never_share_a_canvas():
+    a = arrpos.sinusoidal(da.arange(0, 600, chunks=200), 16)
+    b = arrpos.sinusoidal(da.arange(600, 1200, chunks=200), 16)
+    ga, gb = dask.compute(a, b, scheduler="threads")
+    np.testing.assert_array_equal(ga, arrpos.sinusoidal(np.arange(600), 16))
+    np.testing.assert_array_equal(gb, arrpos.sinusoidal(np.arange(600, 1200), 16))
+
+
+def test_in_process_cluster_results_are_independent():
+    pytest.importorskip("distributed")
+    from dask.distributed import Client, LocalCluster, futures_of
+
+    from arrpos._backends import _dask_canvas
+
+    (_, t, rt), _, _, (_, y, ry) = _canvas_cases()
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        a, b = client.compute([y, y], sync=True)
+        c = client.compute(y, sync=True)
+        kept = client.persist(t)
+        d, e = kept.compute(), kept.compute()
+        # workers allocate chunk by chunk (their memory manager frees and spills chunks)
+        blocks = client.gather(futures_of(kept))
+        assert all(_dask_canvas._owner(blk) is None for blk in blocks)
+    for g in (a, b, c):
+        np.testing.assert_array_equal(g, ry)
+    assert not np.shares_memory(a, c) and not np.shares_memory(d, e)
+    d[...] = -1
+    np.testing.assert_array_equal(e, rt)
+
+
+def test_sin_chunks_are_computed_where_their_cos_task_did_not_write():
+    """A sin chunk is the one its cos task kept in the same process, else (another worker
+    process) it is computed there: never an unwritten region."""
+    from arrpos._backends import _dask, _dask_canvas
+
+    inv, _ = arrpos.rope_frequencies(16)
+    ref = arrpos.rope_cos_sin(np.arange(200), inv, dtype=np.float32)[1]
+    opts = dict(layout="half", attention_factor=1.0, axes=None, dtype=np.dtype(np.float32))
+    region = (slice(100, 160, None),)
+    cos_block = np.zeros((60, ref.shape[1]), np.float32)
+    for enabled in (True, False):
+        canvas = _dask_canvas.new_canvas(ref.shape, np.float32)
+        canvas.enabled = enabled
+        got = _dask._rope_sin_block(cos_block, np.arange(100, 160), inv, opts, canvas, region)
+        np.testing.assert_array_equal(got, ref[100:160])
+        assert (_dask_canvas._owner(got) is canvas) == enabled
+
+
+def test_canvases_off_on_workers_and_for_outputs_too_large(monkeypatch):
+    """Where a canvas is off (dask.distributed workers, outputs above the cap) each chunk is
+    allocated on its own, as without canvases, and compute() joins them."""
+    from arrpos._backends import _dask_canvas
+
+    monkeypatch.setattr(_dask_canvas, "_cap", lambda: 1000)
+    for name, arr, ref in _canvas_cases():
+        got = arr.compute(scheduler="threads")
+        np.testing.assert_array_equal(got, ref, err_msg=name)
+        assert not _whole_canvas(got), name
+        blocks = dask.compute(*arr.to_delayed().ravel(), scheduler="sync")
+        assert all(_dask_canvas._owner(b) is None for b in blocks), name

@@ -15,10 +15,12 @@ from __future__ import annotations
 import math
 
 import dask.array as da
+import numpy as np
 from dask.array.utils import meta_from_array
+from dask.layers import ArraySliceDep
 
 from .. import _dispatch
-from . import Unsupported, one_thread_per_call
+from . import Unsupported, _dask_canvas, one_thread_per_call
 from .._lib import array_namespace, backend_name
 
 __all__ = ["alibi_bias", "apply_rope", "apply_rope_cached", "apply_rope_qk", "rope_cos_sin",
@@ -94,37 +96,84 @@ def _only(block):
     return block
 
 
-def _chunk_call(op, args, arrays, opts):
-    """``op`` on one chunk's arrays, dispatched in their own namespace (kernel or generic).
-    Dask runs one task per core, so the kernel of each runs on one thread."""
+def _chunk_call(op, args, arrays, opts, out=None):
+    """``op`` on one chunk's arrays, dispatched in their own namespace (kernel or generic),
+    into ``out`` (the chunk's canvas regions) when given. Dask runs one task per core, so the
+    kernel of each runs on one thread."""
     xp = array_namespace(*(a for a in arrays if a is not None))
     with one_thread_per_call():
-        return _dispatch.call(op, xp, *args, arrays=arrays, **opts)
+        if out is None:
+            return _dispatch.call(op, xp, *args, arrays=arrays, **opts)
+        _dispatch.call(op, xp, *args, arrays=arrays, out=out, **opts)
+    return out
 
 
-def _sinusoid_block(positions, hi, lo, opts):
-    return _chunk_call("sinusoid_table", (positions, hi, lo), (positions,), opts)
+def _regions(canvases, region):
+    """The chunk's views of its output canvases (None without canvases, or where they are off:
+    the kernel then allocates the chunk)."""
+    if canvases is None or not all(c.enabled for c in _as_tuple(canvases)):
+        return None
+    if isinstance(canvases, tuple):
+        return tuple(c.region(r) for c, r in zip(canvases, region))
+    return canvases.region(region)
 
 
-def _rope_table_block(positions, inv_freq, opts):
+def _as_tuple(a):
+    return a if isinstance(a, tuple) else (a,)
+
+
+def _sinusoid_block(positions, hi, lo, opts, canvas=None, region=None):
+    return _chunk_call("sinusoid_table", (positions, hi, lo), (positions,), opts,
+                       _regions(canvas, region))
+
+
+def _rope_table_block(positions, inv_freq, opts, cos_canvas=None, sin_canvas=None,
+                      cos_region=None, sin_region=None):
+    """Both tables of a chunk; with canvases, returns cos and keeps sin on its canvas for the
+    chunk's ``_rope_sin_block`` (one task fewer per chunk than splitting a pair)."""
     positions, inv_freq = _only(positions), _only(inv_freq)
-    return _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts)
+    out = _regions(None if cos_canvas is None else (cos_canvas, sin_canvas),
+                   (cos_region, sin_region))
+    cos, sin = _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts,
+                           out)
+    if cos_canvas is None:
+        return cos, sin
+    sin_canvas.keep(sin_region, sin)
+    return cos
 
 
-def _apply_block(x, cos, sin, opts):
+def _rope_sin_block(cos_block, positions, inv_freq, opts, sin_canvas, region):
+    """A chunk of sin: the one its cos task kept when that ran in this process (always, on
+    the local schedulers), else computed here."""
+    sin = sin_canvas.take(region)
+    if sin is None:
+        positions, inv_freq = _only(positions), _only(inv_freq)
+        out = _regions(sin_canvas, region)
+        out = None if out is None else (np.empty_like(cos_block), out)
+        sin = _chunk_call("rope_cos_sin", (positions, inv_freq), (positions, inv_freq), opts,
+                          out)[1]
+    return sin
+
+
+def _apply_block(x, cos, sin, opts, canvas=None, region=None):
     cos, sin = _only(cos), _only(sin)
-    return _chunk_call("apply_rope", (x, cos, sin), (x, cos, sin, None), opts)
+    out = _regions(canvas, region)
+    return _chunk_call("apply_rope", (x, cos, sin), (x, cos, sin, out), opts, out)
 
 
-def _cached_block(x, cos_cache, sin_cache, position_ids, opts):
+def _cached_block(x, cos_cache, sin_cache, position_ids, opts, canvas=None, region=None):
     cos_cache, sin_cache = _only(cos_cache), _only(sin_cache)
     args = (x, cos_cache, sin_cache, position_ids)
-    return _chunk_call("apply_rope_cached", args, args + (None,), opts)
+    out = _regions(canvas, region)
+    return _chunk_call("apply_rope_cached", args, args + (out,), opts, out)
 
 
-def _qk_block(q, k, cos, sin, opts):
+def _qk_block(q, k, cos, sin, opts, q_canvas=None, k_canvas=None, q_region=None,
+              k_region=None):
     k, cos, sin = _only(k), _only(cos), _only(sin)
-    return _chunk_call("apply_rope_qk", (q, k, cos, sin), (q, k, cos, sin, None, None), opts)
+    out = None if q_canvas is None else _regions((q_canvas, k_canvas), (q_region, k_region))
+    pair = (None, None) if out is None else out
+    return _chunk_call("apply_rope_qk", (q, k, cos, sin), (q, k, cos, sin) + pair, opts, out)
 
 
 def _alibi_block(slopes, query_rows, key_len, opts):
@@ -167,10 +216,38 @@ def _item(pair, i):
 
 def _split_pair(pairs, metas, chunkss, name):
     """Two arrays from a blockwise array whose blocks are pairs (one task computes both)."""
+    ind = tuple(range(pairs.ndim))
     return tuple(
-        pairs.map_blocks(_item, i, chunks=chunks, dtype=meta.dtype, meta=meta,
-                         token=f"{name}-{i}")
+        da.blockwise(_item, ind, pairs, ind, i, None, adjust_chunks=dict(zip(ind, chunks)),
+                     align_arrays=False, meta=meta, token=f"{name}-{i}")
         for i, (meta, chunks) in enumerate(zip(metas, chunkss)))
+
+
+def _blockwise(func, out_ind, pairs, opts, outputs, **kwargs):
+    """``da.blockwise(func, out_ind, *pairs, opts, None, **kwargs)`` (``pairs``: array, index)
+    whose tasks also get canvases and regions for their outputs (see ``_dask_canvas``):
+    ``outputs(first)`` gives ``((chunks, dtype), ...)`` of the op's outputs, from the first
+    array once aligned. No canvases where a chunk would not be one C-contiguous region of
+    its output. Returns ``(array, the extra arguments: canvases, then regions, or ())``."""
+    _, arrays = da.core.unify_chunks(*pairs)  # aligned as blockwise would, here so the
+    pairs = tuple(v for a, ind in zip(arrays, pairs[1::2]) for v in (a, ind))  # regions match
+    outs = outputs(pairs[0])
+    lead = tuple(i for i in out_ind if i not in kwargs.get("new_axes", {}))
+    extra = ()
+    if all(_dask_canvas.fits(chunks) for chunks, _ in outs):
+        canvases = [_dask_canvas.canvas_task(chunks, dtype, i, func.__name__, pairs, opts)
+                    for i, (chunks, dtype) in enumerate(outs)]
+        regions = [ArraySliceDep(chunks[:len(lead)]) for chunks, _ in outs]
+        extra = tuple(v for c in canvases for v in (c, None)) + tuple(
+            v for r in regions for v in (r, lead))
+    res = da.blockwise(func, out_ind, *pairs, opts, None, *extra, align_arrays=False,
+                       **kwargs)
+    return res, extra
+
+
+def _canvas_array(arr, has_canvas):
+    """``arr`` finalised through its canvas when its tasks write into one."""
+    return _dask_canvas.wrap(arr) if has_canvas else arr
 
 
 def _store(out, result):
@@ -187,12 +264,13 @@ def _store(out, result):
 def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     """Twin of ``_xp.sinusoid_table``: one task per chunk of ``positions``; rows whole."""
     ind = tuple(range(positions.ndim))
-    table = da.blockwise(
-        _sinusoid_block, ind + (_FEATURE,), positions, ind, hi, None, lo, None,
-        dict(layout=layout, dtype=dtype, width=width), None,
-        new_axes={_FEATURE: width}, dtype=dtype,
-        meta=_meta(positions, positions.ndim + 1, dtype), token="arrpos-sinusoid_table")
-    return _store(out, table)
+    opts = dict(layout=layout, dtype=dtype, width=width)
+    table, canvas = _blockwise(
+        _sinusoid_block, ind + (_FEATURE,), (positions, ind, hi, None, lo, None), opts,
+        lambda p: ((p.chunks + ((width,),), dtype),), new_axes={_FEATURE: width},
+        dtype=dtype, meta=_meta(positions, positions.ndim + 1, dtype),
+        token="arrpos-sinusoid_table")
+    return _store(out, _canvas_array(table, canvas))
 
 
 def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
@@ -206,11 +284,19 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     inv_freq = _whole(inv_freq, [0])
     width = 2 * inv_freq.shape[0]
     meta = _meta(positions, lead + 1, dtype)
-    pairs = da.blockwise(
-        _rope_table_block, ind + (_TABLE,), positions, pos_ind, inv_freq, (_FREQ,),
-        dict(layout=layout, attention_factor=attention_factor, axes=axes, dtype=dtype), None,
-        new_axes={_TABLE: width}, concatenate=False, meta=meta, token="arrpos-rope_cos_sin")
-    cos, sin = _split_pair(pairs, (meta, meta), (pairs.chunks, pairs.chunks), "arrpos-rope")
+    opts = dict(layout=layout, attention_factor=attention_factor, axes=axes, dtype=dtype)
+    args = (positions, pos_ind, inv_freq, (_FREQ,))
+    res, extra = _blockwise(
+        _rope_table_block, ind + (_TABLE,), args, opts,
+        lambda p: ((p.chunks[:lead] + ((width,),), dtype),) * 2, new_axes={_TABLE: width},
+        concatenate=False, meta=meta, token="arrpos-rope_cos_sin")
+    if extra:  # res is cos; sin's tasks take their chunks from the canvas res's tasks wrote
+        sin = da.blockwise(_rope_sin_block, ind + (_TABLE,), res, ind + (_TABLE,), *args,
+                           opts, None, *extra[2:4], *extra[6:8], align_arrays=False,
+                           concatenate=False, meta=meta, token="arrpos-rope-sin")
+        cos, sin = _canvas_array(res, extra), _canvas_array(sin, extra)
+    else:
+        cos, sin = _split_pair(res, (meta, meta), (res.chunks, res.chunks), "arrpos-rope")
     if out is not None:
         return _store(out[0], cos), _store(out[1], sin)
     return cos, sin
@@ -222,11 +308,12 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     cos, tind = _fit(cos, x)
     sin, _ = _fit(sin, x)
     ind = tuple(range(x.ndim))
-    res = da.blockwise(
-        _apply_block, ind, x, ind, cos, tind, sin, tind,
-        dict(layout=layout, inverse=inverse), None, concatenate=False, dtype=x.dtype,
+    opts = dict(layout=layout, inverse=inverse)
+    res, canvas = _blockwise(
+        _apply_block, ind, (x, ind, cos, tind, sin, tind), opts,
+        lambda a: ((a.chunks, a.dtype),), concatenate=False, dtype=x.dtype,
         meta=_meta(x, x.ndim, x.dtype), token="arrpos-apply_rope")
-    return _store(out, res)
+    return _store(out, _canvas_array(res, canvas))
 
 
 def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
@@ -237,11 +324,12 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse,
     ids, iind = _fit(position_ids, x, skip_last=False)
     ind = tuple(range(x.ndim))
     cind = (_CACHE_ROW, _FEATURE)
-    res = da.blockwise(
-        _cached_block, ind, x, ind, cos_cache, cind, sin_cache, cind, ids, iind,
-        dict(layout=layout, inverse=inverse), None, concatenate=False, dtype=x.dtype,
+    opts = dict(layout=layout, inverse=inverse)
+    res, canvas = _blockwise(
+        _cached_block, ind, (x, ind, cos_cache, cind, sin_cache, cind, ids, iind), opts,
+        lambda a: ((a.chunks, a.dtype),), concatenate=False, dtype=x.dtype,
         meta=_meta(x, x.ndim, x.dtype), token="arrpos-apply_rope_cached")
-    return _store(out, res)
+    return _store(out, _canvas_array(res, canvas))
 
 
 def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
@@ -259,11 +347,16 @@ def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
     cos, tind = _fit(cos, q)
     sin, _ = _fit(sin, q)
     metas = (_meta(q, nd, q.dtype), _meta(k, nd, k.dtype))
-    pairs = da.blockwise(
-        _qk_block, ind, q, ind, k, kind, cos, tind, sin, tind,
-        dict(layout=layout, inverse=inverse), None, concatenate=False, meta=metas[0],
-        token="arrpos-apply_rope_qk")
+    opts = dict(layout=layout, inverse=inverse)
+    # the axes where q and k differ are whole in both: k's regions follow q's block index
+    k_chunks = tuple(kc if j in differ else qc for j, (qc, kc) in enumerate(zip(q.chunks,
+                                                                                k.chunks)))
+    pairs, canvas = _blockwise(
+        _qk_block, ind, (q, ind, k, kind, cos, tind, sin, tind), opts,
+        lambda a: ((a.chunks, q.dtype), (k_chunks, k.dtype)), concatenate=False,
+        meta=metas[0], token="arrpos-apply_rope_qk")
     qr, kr = _split_pair(pairs, metas, (q.chunks, k.chunks), "arrpos-rope_qk")
+    qr, kr = _canvas_array(qr, canvas), _canvas_array(kr, canvas)
     q_out, k_out = (None, None) if out is None else out
     return _store(q_out, qr), _store(k_out, kr)
 
