@@ -44,7 +44,8 @@ def _one_run(tree: str, suites: str, env: dict) -> dict:
 
 
 def compare(other: str, suites: str, runs: int, env=None) -> list:
-    """[(row, ms here, ms there, ratio)] from ``runs`` alternating runs of each tree."""
+    """[(row, ms here, ms there, ratio of the medians, (lowest, highest) ratio of one run
+    here to the run of the other tree right after it)] from ``runs`` alternating runs."""
     env = dict(os.environ if env is None else env)
     env.pop("PYTHONPATH", None)
     here, there = {}, {}
@@ -54,9 +55,10 @@ def compare(other: str, suites: str, runs: int, env=None) -> list:
                 acc.setdefault(row, []).append(ms)
     out = []
     for row in here:
-        if row in there:
+        if row in there and len(here[row]) == len(there[row]):
             a, b = statistics.median(here[row]), statistics.median(there[row])
-            out.append((row, a, b, a / b))
+            paired = [p / q for p, q in zip(here[row], there[row])]
+            out.append((row, a, b, a / b, (min(paired), max(paired))))
     return out
 
 
@@ -71,8 +73,9 @@ def main(argv=None) -> int:
 
     print(f"this tree: {HERE}\nother: {os.path.abspath(args.other)}\n"
           f"medians of {args.runs} alternating runs (quick rows)")
-    print(format_table([(r, f"{a:.3f}", f"{b:.3f}", f"{q:.2f}") for r, a, b, q in rows],
-                       ["row", "ms here", "ms other", "here / other"]))
+    print(format_table([(r, f"{a:.3f}", f"{b:.3f}", f"{q:.2f}", f"{lo:.2f}-{hi:.2f}")
+                        for r, a, b, q, (lo, hi) in rows],
+                       ["row", "ms here", "ms other", "here / other", "paired runs"]))
     return 0
 
 
