@@ -368,17 +368,41 @@ int rope_apply(const ApplyArgs &a)
 
 using TableFn = void (*)(const TableJob &, ptrdiff_t, ptrdiff_t);
 
-template <class T>
-TableFn pick_table(int level)
+template <class T, int Layout, bool Stream>
+TableFn pick_table_isa(int level)
 {
 #if ARRPOS_HAVE_SIMD
     if (level >= 2)
-        return &isa_avx512::table_rows<T>;
+        return &isa_avx512::table_rows<T, Layout, Stream>;
     if (level == 1)
-        return &isa_avx2::table_rows<T>;
+        return &isa_avx2::table_rows<T, Layout, Stream>;
 #endif
     (void)level;
-    return &isa_portable::table_rows<T>;
+    return &isa_portable::table_rows<T, Layout, false>;  // no vector stores to stream
+}
+
+template <class T, bool Stream>
+TableFn pick_table_layout(int level, int layout)
+{
+    switch (layout) {
+    case 0: return pick_table_isa<T, 0, Stream>(level);
+    case 1: return pick_table_isa<T, 1, Stream>(level);
+    case 2: return pick_table_isa<T, 2, Stream>(level);
+    case 3: return pick_table_isa<T, 3, Stream>(level);
+    default: return pick_table_isa<T, 4, Stream>(level);
+    }
+}
+
+// The row kernel for this level, layout and store kind; streaming stores need every vector
+// store 16-byte aligned: the outputs, their rows and (split layouts) their second halves.
+template <class T>
+TableFn pick_table(const TableJob &job, int level)
+{
+    const ptrdiff_t it = sizeof(T);
+    bool stream = job.stream && (uintptr_t)job.a % 16 == 0 && (uintptr_t)job.b % 16 == 0
+                  && (job.lda * it) % 16 == 0 && (job.rot.nf * it) % 16 == 0;
+    return stream ? pick_table_layout<T, true>(level, job.layout)
+                  : pick_table_layout<T, false>(level, job.layout);
 }
 
 struct TableCtx {
@@ -403,7 +427,7 @@ void table(TableJob job, int nthreads, ptrdiff_t chunk_bytes)
     // a chunk re-anchors its block rotation (up to npow multiplies): keep chunks long
     ptrdiff_t rows = chunk_bytes / row_bytes;
     job.chunk_rows = rows < 4 * job.rot.block ? 4 * job.rot.block : rows;
-    TableCtx ctx{pick_table<T>(simd_level()), &job};
+    TableCtx ctx{pick_table<T>(job, simd_level()), &job};
     parallel_for((job.n + job.chunk_rows - 1) / job.chunk_rows, nthreads, table_chunk, &ctx);
 }
 

@@ -52,6 +52,7 @@ inline int simd_level()
 
 template <class Isa, class C> struct Ops;
 template <class Isa, class T> struct Vec;
+template <class Isa, class T> struct Exact;  // below: float64 vectors rounded once to T
 
 #if ARRPOS_HAVE_SIMD
 // ---- AVX-512 -------------------------------------------------------------------------------
@@ -69,6 +70,16 @@ template <> struct Ops<Avx512, float> {
         return _mm512_permutexvar_ps(
             _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), a);
     }
+    ARRPOS_I512 R zip_lo(R a, R b)  // a0 b0 a1 b1 ... a7 b7
+    {
+        return _mm512_permutex2var_ps(
+            a, _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0), b);
+    }
+    ARRPOS_I512 R zip_hi(R a, R b)  // a8 b8 ... a15 b15
+    {
+        return _mm512_permutex2var_ps(
+            a, _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8), b);
+    }
 };
 template <> struct Ops<Avx512, double> {
     using R = __m512d;
@@ -82,6 +93,14 @@ template <> struct Ops<Avx512, double> {
     ARRPOS_I512 R dup_low(R a)
     {
         return _mm512_permutexvar_pd(_mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0), a);
+    }
+    ARRPOS_I512 R zip_lo(R a, R b)
+    {
+        return _mm512_permutex2var_pd(a, _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0), b);
+    }
+    ARRPOS_I512 R zip_hi(R a, R b)
+    {
+        return _mm512_permutex2var_pd(a, _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4), b);
     }
 };
 
@@ -183,6 +202,14 @@ template <> struct Ops<Avx2, float> {
     {
         return _mm256_permutevar8x32_ps(a, _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0));
     }
+    ARRPOS_I256 R zip_lo(R a, R b)
+    {
+        return _mm256_permute2f128_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b), 0x20);
+    }
+    ARRPOS_I256 R zip_hi(R a, R b)
+    {
+        return _mm256_permute2f128_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b), 0x31);
+    }
 };
 template <> struct Ops<Avx2, double> {
     using R = __m256d;
@@ -194,6 +221,14 @@ template <> struct Ops<Avx2, double> {
     ARRPOS_I256 R swap_pairs(R a) { return _mm256_permute_pd(a, 0x5); }
     ARRPOS_I256 R alt() { return _mm256_set_pd(1, -1, 1, -1); }
     ARRPOS_I256 R dup_low(R a) { return _mm256_permute4x64_pd(a, 0x50); }
+    ARRPOS_I256 R zip_lo(R a, R b)
+    {
+        return _mm256_permute2f128_pd(_mm256_unpacklo_pd(a, b), _mm256_unpackhi_pd(a, b), 0x20);
+    }
+    ARRPOS_I256 R zip_hi(R a, R b)
+    {
+        return _mm256_permute2f128_pd(_mm256_unpacklo_pd(a, b), _mm256_unpackhi_pd(a, b), 0x31);
+    }
 };
 
 ARRPOS_I256 void stream_bytes32_avx2(void *p, __m256i v)
@@ -254,6 +289,87 @@ template <> struct Vec<Avx2, bf16> : Ops<Avx2, float> {
     ARRPOS_I256 void store(bf16 *p, R v) { _mm_storeu_si128((__m128i *)p, narrow(v)); }
     ARRPOS_I256 void stream(bf16 *p, R v) { _mm_stream_si128((__m128i *)p, narrow(v)); }
 };
+
+// ---- float64 vectors rounded once to a storage type ------------------------------------------
+// Exact<Isa, T>::pack turns N float64 registers (N * Ops<Isa, double>::W lanes = Vec<Isa, T>::W)
+// into Vec<Isa, T>'s register: float64 as is, float32 rounded to nearest even, and for the
+// 16-bit types float32 rounded to odd (as round_to_odd in types.hpp) so that Vec's narrowing
+// store rounds once in effect.
+
+// round to odd, 8 lanes: inexact lanes step toward zero where the nearest float was away from
+// zero, then set their last bit; NaN lanes (compare false) pass as they are
+ARRPOS_I512 __m256 odd_ps_avx512(__m512d d)
+{
+    __m256 f = _mm512_cvtpd_ps(d);
+    __m512d back = _mm512_cvtps_pd(f);
+    __mmask8 inexact = _mm512_cmp_pd_mask(back, d, _CMP_NEQ_OQ);
+    __mmask8 away = _mm512_cmp_pd_mask(_mm512_abs_pd(back), _mm512_abs_pd(d), _CMP_GT_OQ);
+    __m256i one_away = _mm512_cvtepi64_epi32(_mm512_maskz_set1_epi64(away, 1));
+    __m256i one_odd = _mm512_cvtepi64_epi32(_mm512_maskz_set1_epi64(inexact, 1));
+    __m256i u = _mm256_sub_epi32(_mm256_castps_si256(f), one_away);
+    return _mm256_castsi256_ps(_mm256_or_si256(u, one_odd));
+}
+ARRPOS_I512 __m512 join_ps_avx512(__m256 lo, __m256 hi)
+{
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)),
+                                               _mm256_castps_pd(hi), 1));
+}
+template <> struct Exact<Avx512, double> {
+    static constexpr int N = 1;
+    ARRPOS_I512 __m512d pack(const __m512d *v) { return v[0]; }
+};
+template <> struct Exact<Avx512, float> {
+    static constexpr int N = 2;
+    ARRPOS_I512 __m512 pack(const __m512d *v)
+    {
+        return join_ps_avx512(_mm512_cvtpd_ps(v[0]), _mm512_cvtpd_ps(v[1]));
+    }
+};
+template <> struct Exact<Avx512, f16> {
+    static constexpr int N = 2;
+    ARRPOS_I512 __m512 pack(const __m512d *v)
+    {
+        return join_ps_avx512(odd_ps_avx512(v[0]), odd_ps_avx512(v[1]));
+    }
+};
+template <> struct Exact<Avx512, bf16> : Exact<Avx512, f16> {};
+template <class T> struct Exact<Avx512Bf16, T> : Exact<Avx512, T> {};
+
+ARRPOS_I256 __m128 odd_ps_avx2(__m256d d)
+{
+    __m128 f = _mm256_cvtpd_ps(d);
+    __m256d back = _mm256_cvtps_pd(f);
+    const __m256d nosign = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));
+    __m256d inexact = _mm256_cmp_pd(back, d, _CMP_NEQ_OQ);
+    __m256d away = _mm256_cmp_pd(_mm256_and_pd(back, nosign), _mm256_and_pd(d, nosign),
+                                 _CMP_GT_OQ);
+    const __m256i low32 = _mm256_set_epi32(7, 7, 7, 7, 6, 4, 2, 0);  // 64-bit masks -> 32-bit
+    __m128i m_away = _mm256_castsi256_si128(
+        _mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), low32));
+    __m128i m_odd = _mm256_castsi256_si128(
+        _mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), low32));
+    __m128i u = _mm_add_epi32(_mm_castps_si128(f), m_away);  // all-ones lanes: minus one
+    return _mm_castsi128_ps(_mm_or_si128(u, _mm_and_si128(m_odd, _mm_set1_epi32(1))));
+}
+template <> struct Exact<Avx2, double> {
+    static constexpr int N = 1;
+    ARRPOS_I256 __m256d pack(const __m256d *v) { return v[0]; }
+};
+template <> struct Exact<Avx2, float> {
+    static constexpr int N = 2;
+    ARRPOS_I256 __m256 pack(const __m256d *v)
+    {
+        return _mm256_set_m128(_mm256_cvtpd_ps(v[1]), _mm256_cvtpd_ps(v[0]));
+    }
+};
+template <> struct Exact<Avx2, f16> {
+    static constexpr int N = 2;
+    ARRPOS_I256 __m256 pack(const __m256d *v)
+    {
+        return _mm256_set_m128(odd_ps_avx2(v[1]), odd_ps_avx2(v[0]));
+    }
+};
+template <> struct Exact<Avx2, bf16> : Exact<Avx2, f16> {};
 #endif
 
 }  // namespace arrpos
