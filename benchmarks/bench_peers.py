@@ -140,8 +140,14 @@ def prefill_rows(rounds, quick):
                 run, bound = _ort_calls(sess, x, pos, cos_c, sin_c)
                 funcs[f"ort-{domain} run"] = run
                 funcs[f"ort-{domain} out"] = bound
-        funcs.update(_framework_calls(x, cos, sin, layout))
+        calls = _framework_calls(x, cos, sin, layout)
+        spinning = {k: calls.pop(k) for k in list(calls) if k.startswith("jax")}
+        funcs.update(calls)
         t = interleaved(funcs, rounds=rounds)
+        if spinning:  # XLA's pool spins after each call, slowing whatever is timed next: its
+            # own rounds, against the same arrpos call, scaled to this run's time of that call
+            own = interleaved({"alloc": funcs["alloc"], **spinning}, rounds=rounds)
+            t.update({k: own[k] * t["alloc"] / own["alloc"] for k in spinning})
         rows.append((f"apply_rope {layout} f32 out=", str(shape), t["out="] * 1e3,
                      _limit_text(t, "out="), _peer_text(t, "out=", " out")))
         rows.append((f"apply_rope {layout} f32 allocating", str(shape), t["alloc"] * 1e3,
