@@ -332,7 +332,7 @@ def sweep_rows(rounds, quick):
 
 
 def run(quick=False, rounds=None):
-    r = rounds or (3 if quick else 7)
+    r = rounds or (3 if quick else 15)
     rows = []
     for part in (prefill_rows, decode_rows, sweep_rows):  # 16-bit rows: bench_rope
         rows += part(r, quick)

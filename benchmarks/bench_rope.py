@@ -203,7 +203,7 @@ def _sixteen_bit_rows(rounds):
 def run(quick=False, rounds=None):
     if _dispatch.adapter("_numpy") is None:
         return [], "rope: compiled extension unavailable, nothing to compare"
-    r = rounds or (3 if quick else 9)
+    r = rounds or (3 if quick else 25)
     rows = []
     layouts = ["half"] if quick else ["half", "interleaved"]
     for layout in layouts:

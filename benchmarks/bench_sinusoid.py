@@ -39,7 +39,7 @@ def run(quick=False, rounds=None):
                 "fill": lambda: out.fill(0.0),
                 "numpy": lambda: numpy_formula(n, d, ref),
             },
-            rounds=rounds or (5 if quick else 11),
+            rounds=rounds or (5 if quick else 25),
         )
         rows.append(("sinusoidal table (interleaved)", f"({n}, {d}) f32", t["kernel"] * 1e3,
                      f"{t['kernel'] / t['fill']:.2f} x fill",
