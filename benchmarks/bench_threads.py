@@ -30,19 +30,29 @@ def _case(kib):
     return x, cos[:, None], sin[:, None], np.empty_like(x)
 
 
-def _ratios(rounds, sizes):
-    from arrpos._backends import one_thread_per_call
+def _held(one_thread, fn):
+    """``fn`` run with the kernels held to one thread or not: the same switch either way
+    (``one_thread_per_call``'s flag), so both calls pay the same for it."""
+    from arrpos._backends import _CALLER
 
+    def call():
+        before = getattr(_CALLER, "one_thread", False)
+        _CALLER.one_thread = one_thread
+        try:
+            fn()
+        finally:
+            _CALLER.one_thread = before
+
+    return call
+
+
+def _ratios(rounds, sizes):
     out = {}
     for kib in sizes:
         x, cos, sin, res = _case(kib)
-
-        def one():
-            with one_thread_per_call():
-                arrpos.apply_rope(x, cos, sin, out=res)
-
-        t = interleaved({"default": lambda: arrpos.apply_rope(x, cos, sin, out=res),
-                         "one": one}, rounds=rounds)
+        call = lambda: arrpos.apply_rope(x, cos, sin, out=res)  # noqa: E731
+        t = interleaved({"default": _held(False, call), "one": _held(True, call)},
+                        rounds=rounds)
         out[kib] = (t["default"], t["one"])
     return out
 
