@@ -7,6 +7,8 @@ workers (the usual case when the next step also runs there).
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 import arrpos
@@ -73,7 +75,10 @@ def _cluster_rows(da, workers, rounds):
 
     rows = []
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      dashboard_address=None) as cluster, Client(cluster) as client, \
+            warnings.catch_warnings():
+        # the inputs go to the workers once, in the graph, on purpose (client.persist)
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
         for name, size, numpy_call, build in _cases(da, place=client.persist):
             def gathered(build=build):
                 client.compute(build(), sync=True)
