@@ -117,7 +117,8 @@ ARRPOS_I512 void stream_bytes64(void *p, __m512i v)
     _mm_stream_si128(q + 2, _mm512_extracti32x4_epi32(v, 2));
     _mm_stream_si128(q + 3, _mm512_extracti32x4_epi32(v, 3));
 }
-ARRPOS_I512 void stream_bytes32(void *p, __m256i v)
+// AVX2's target: inlined into the AVX2 and AVX-512 traits alike (a subset of both)
+ARRPOS_I256 void stream_bytes32(void *p, __m256i v)
 {
     if (((uintptr_t)p & 31) == 0) {
         _mm256_stream_si256((__m256i *)p, v);
@@ -231,28 +232,17 @@ template <> struct Ops<Avx2, double> {
     }
 };
 
-ARRPOS_I256 void stream_bytes32_avx2(void *p, __m256i v)
-{
-    if (((uintptr_t)p & 31) == 0) {
-        _mm256_stream_si256((__m256i *)p, v);
-        return;
-    }
-    __m128i *q = (__m128i *)p;
-    _mm_stream_si128(q, _mm256_castsi256_si128(v));
-    _mm_stream_si128(q + 1, _mm256_extracti128_si256(v, 1));
-}
-
 template <> struct Vec<Avx2, float> : Ops<Avx2, float> {
     ARRPOS_I256 R load(const float *p) { return _mm256_loadu_ps(p); }
     ARRPOS_I256 R load_half(const float *p) { return _mm256_castps128_ps256(_mm_loadu_ps(p)); }
     ARRPOS_I256 void store(float *p, R v) { _mm256_storeu_ps(p, v); }
-    ARRPOS_I256 void stream(float *p, R v) { stream_bytes32_avx2(p, _mm256_castps_si256(v)); }
+    ARRPOS_I256 void stream(float *p, R v) { stream_bytes32(p, _mm256_castps_si256(v)); }
 };
 template <> struct Vec<Avx2, double> : Ops<Avx2, double> {
     ARRPOS_I256 R load(const double *p) { return _mm256_loadu_pd(p); }
     ARRPOS_I256 R load_half(const double *p) { return _mm256_castpd128_pd256(_mm_loadu_pd(p)); }
     ARRPOS_I256 void store(double *p, R v) { _mm256_storeu_pd(p, v); }
-    ARRPOS_I256 void stream(double *p, R v) { stream_bytes32_avx2(p, _mm256_castpd_si256(v)); }
+    ARRPOS_I256 void stream(double *p, R v) { stream_bytes32(p, _mm256_castpd_si256(v)); }
 };
 template <> struct Vec<Avx2, f16> : Ops<Avx2, float> {
     ARRPOS_I256 R load(const f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }

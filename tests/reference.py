@@ -177,3 +177,20 @@ def rotate_half_np(x):
 
 def rotate_every_two_np(x):
     return np.stack([-x[..., 1::2], x[..., 0::2]], axis=-1).reshape(x.shape)
+
+
+def rope_apply_loop(x, cos, sin, layout="half", inverse=False):
+    """float64 ``apply_rope`` written out pair by pair: ``cos``/``sin`` full width ``(..., R)``
+    broadcasting against ``x[..., :R]``; features ``R:`` pass through."""
+    x = np.asarray(x, dtype=np.float64)
+    r = cos.shape[-1]
+    cos = np.broadcast_to(np.asarray(cos, np.float64), x.shape[:-1] + (r,))
+    sin = np.broadcast_to(np.asarray(sin, np.float64), x.shape[:-1] + (r,))
+    sin = -sin if inverse else sin
+    out = x.copy()
+    h = r // 2
+    for j in range(h):
+        a, b = (j, j + h) if layout == "half" else (2 * j, 2 * j + 1)
+        out[..., a] = x[..., a] * cos[..., a] - x[..., b] * sin[..., a]
+        out[..., b] = x[..., b] * cos[..., b] + x[..., a] * sin[..., b]
+    return out

@@ -17,6 +17,7 @@ from arrpos._backends import _cupy, _xp
 from arrpos._exact import power_frequencies
 
 import cuda_emulation
+from reference import rope_apply_loop
 
 
 @pytest.fixture(scope="module")
@@ -160,22 +161,6 @@ def test_rope_cos_sin_axes_are_declined(cp):
 # apply_rope
 
 
-def _rope_ref(x, cos, sin, layout, inverse):
-    """float64 reference written out pair by pair."""
-    x = np.asarray(x, dtype=np.float64)
-    r = cos.shape[-1]
-    cos = np.broadcast_to(np.asarray(cos, np.float64), x.shape[:-1] + (r,))
-    sin = np.broadcast_to(np.asarray(sin, np.float64), x.shape[:-1] + (r,))
-    sin = -sin if inverse else sin
-    out = x.copy()
-    h = r // 2
-    for j in range(h):
-        a, b = (j, j + h) if layout == "half" else (2 * j, 2 * j + 1)
-        out[..., a] = x[..., a] * cos[..., a] - x[..., b] * sin[..., a]
-        out[..., b] = x[..., b] * cos[..., b] + x[..., a] * sin[..., b]
-    return out
-
-
 def _tables(rng, seq, r, dtype=np.float32):
     """Rotation tables in the "half" layout (cat(f, f)) for random angles."""
     ang = rng.uniform(-3, 3, size=(seq, r // 2))
@@ -195,7 +180,7 @@ def test_apply_rope_broadcast_over_heads(cp, layout, inverse, rotary):
                            inverse=inverse, xp=cp)
     ref = _xp.apply_rope(x, c, s, layout=layout, inverse=inverse, xp=npx)
     np.testing.assert_allclose(np.asarray(got), ref, rtol=0, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(got), _rope_ref(x, c, s, layout, inverse), rtol=0,
+    np.testing.assert_allclose(np.asarray(got), rope_apply_loop(x, c, s, layout, inverse), rtol=0,
                                atol=1e-6)
     assert cp.launches[-1][0] == "arrpos::apply_rope<float, int>"
 
@@ -206,7 +191,7 @@ def test_apply_rope_in_place_and_strided(cp, layout):
     base = rng.standard_normal((2, 6, 4, 16))  # (batch, seq, heads, dim), float64
     x = np.swapaxes(base, 1, 2)  # (batch, heads, seq, dim): a strided view, as q.transpose
     cos, sin = _tables(rng, 6, 12, np.float64)  # partial rotary: 12 of 16
-    ref = _rope_ref(x, cos, sin, layout, False)
+    ref = rope_apply_loop(x, cos, sin, layout, False)
     fx = cp.asfake(x)
     got = _cupy.apply_rope(fx, cp.asfake(cos), cp.asfake(sin), layout=layout, inverse=False,
                            xp=cp, out=fx)
@@ -233,7 +218,7 @@ def test_apply_rope_float16(cp):
                                       cp.asfake(sin[:, None]), layout="half", inverse=False,
                                       xp=cp))
     assert got.dtype == np.float16
-    exact = _rope_ref(x, cos[:, None], sin[:, None], "half", False)
+    exact = rope_apply_loop(x, cos[:, None], sin[:, None], "half", False)
     # float32 arithmetic, one rounding: within half an ulp of float16 of the exact result
     # (plus float32 rounding in between)
     assert np.all(np.abs(got - exact) <= np.abs(exact) * 2**-11 * 1.01 + 2**-24)
@@ -248,7 +233,7 @@ def test_apply_rope_bfloat16_storage(cp):
     out = cp.empty(x.shape, np.int16)
     _cupy._apply_rope(x, c, s, layout="interleaved", inverse=False, out=out, storage="bfloat16")
     got = _bf16_value(np.asarray(out))
-    exact = _rope_ref(xv, cv[:, None], sv[:, None], "interleaved", False)
+    exact = rope_apply_loop(xv, cv[:, None], sv[:, None], "interleaved", False)
     assert np.all(np.abs(got - exact) <= np.abs(exact) * 2**-8 * 1.01 + 1e-30)
     np.testing.assert_array_equal(np.asarray(out), _bf16_bits(exact.astype(np.float32)))
 
@@ -258,7 +243,7 @@ def test_apply_rope_overlapping_out_goes_through_a_temporary(cp):
     buf = rng.standard_normal((6, 8))
     x = buf[:5]
     cos, sin = _tables(rng, 5, 8, np.float64)
-    ref = _rope_ref(x, cos, sin, "half", False)
+    ref = rope_apply_loop(x, cos, sin, "half", False)
     out = cp.asfake(buf[1:])  # overlaps x shifted by one row: a race for a direct launch
     _cupy.apply_rope(cp.asfake(x), cp.asfake(cos), cp.asfake(sin), layout="half",
                      inverse=False, xp=cp, out=out)
@@ -283,7 +268,8 @@ def test_apply_rope_many_axes_takes_generic(cp, monkeypatch):
         _cupy.apply_rope(x, cos, sin, layout="half", inverse=False, xp=npx)
     got = _through_dispatch(monkeypatch, "apply_rope", x, cos, sin, arrays=(x, cos, sin, None),
                             layout="half", inverse=False, out=None)
-    np.testing.assert_allclose(np.asarray(got), _rope_ref(x, cos, sin, "half", False), atol=1e-14)
+    np.testing.assert_allclose(np.asarray(got), rope_apply_loop(x, cos, sin, "half", False),
+                               atol=1e-14)
     assert not cp.launches
 
 
@@ -369,7 +355,7 @@ def test_torch_bridge_bfloat16_in_place(bridge, cp):
     ang = torch.rand(3, 1, 4, generator=g, dtype=torch.float64) * 6
     ang = torch.cat([ang, ang], dim=-1)
     cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
-    exact = _rope_ref(x.double().numpy(), cos.double().numpy(), sin.double().numpy(), "half",
+    exact = rope_apply_loop(x.double().numpy(), cos.double().numpy(), sin.double().numpy(), "half",
                       False)
     ptr, version = x.data_ptr(), x._version
     got = tc.apply_rope(x, cos, sin, layout="half", inverse=False, xp=None, out=x)
@@ -625,7 +611,7 @@ def test_compile_failure_warns_once_and_declines(cp, monkeypatch):
     with pytest.warns(RuntimeWarning, match="DynamicLibNotFoundError.*generic"):
         got = _through_dispatch(monkeypatch, "apply_rope", x, cos, sin, arrays=arrays,
                                 layout="half", inverse=False, out=None)
-    np.testing.assert_allclose(np.asarray(got), _rope_ref(x, cos, sin, "half", False),
+    np.testing.assert_allclose(np.asarray(got), rope_apply_loop(x, cos, sin, "half", False),
                                atol=1e-15)
     assert "DynamicLibNotFoundError" in _cupy.module_failure(0)
     assert not _cupy.supports("apply_rope", arrays)
@@ -819,7 +805,7 @@ def test_vector_path_gives_the_scalar_bits(cp, monkeypatch, dtype, layout):
     monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", True)
     run(out=x.dev)  # in place, vector path
     np.testing.assert_array_equal(np.asarray(x.dev), slow)
-    exact = _rope_ref(x.value, cos.value, sin.value, layout, False)
+    exact = rope_apply_loop(x.value, cos.value, sin.value, layout, False)
     _assert_rounded_once(_read(slow, dtype), exact, dtype, 3.0)
 
 
@@ -848,7 +834,7 @@ def test_bfloat16_rounding_bound_is_2_pow_minus_8(cp):
     _cupy._apply_rope(x.dev, cos.dev, sin.dev, layout="half", inverse=False, out=out,
                       storage="bfloat16")
     got = _read(out, "bfloat16")
-    exact = _rope_ref(x.value, cos.value, sin.value, "half", False)
+    exact = rope_apply_loop(x.value, cos.value, sin.value, "half", False)
     rel = np.abs(got - exact) / np.abs(exact)
     assert (rel <= 2**-8 * 1.01).all()
     assert (rel > 2**-9).sum() > 1000  # out of 25,600: a 2**-9 bound would fail

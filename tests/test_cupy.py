@@ -16,6 +16,7 @@ import arrpos
 from arrpos import _dispatch
 from arrpos._backends import _cupy, _xp
 from conftest import get_backend
+from reference import rope_apply_loop
 
 # ------------------------------------------------------------------------------------------
 # no GPU needed
@@ -373,21 +374,6 @@ def _widen(t, layout):
     return np.concatenate([t, t], -1) if layout == "half" else np.repeat(t, 2, -1)
 
 
-def _rope64(x, cos, sin, layout):
-    """float64 pair-by-pair reference on the host."""
-    x = np.asarray(x, np.float64)
-    r = cos.shape[-1]
-    cos = np.broadcast_to(cos, x.shape[:-1] + (r,))
-    sin = np.broadcast_to(sin, x.shape[:-1] + (r,))
-    out = x.copy()
-    h = r // 2
-    for j in range(h):
-        a, b = (j, j + h) if layout == "half" else (2 * j, 2 * j + 1)
-        out[..., a] = x[..., a] * cos[..., a] - x[..., b] * sin[..., a]
-        out[..., b] = x[..., b] * cos[..., b] + x[..., a] * sin[..., b]
-    return out
-
-
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("dtype, rel", [("float16", 2**-11), ("float32", 2**-24),
                                         ("float64", 2**-53)])
@@ -401,8 +387,8 @@ def test_apply_rope_cached_on_gpu(cpb, layout, dtype, rel):
     got = _cupy.apply_rope_cached(cp.asarray(x), cp.asarray(cc), cp.asarray(sc),
                                   cp.asarray(ids), layout=layout, inverse=False, xp=None)
     i = np.broadcast_to(ids, x.shape[:-1])
-    exact = _rope64(x, _widen(cc[i].astype(np.float64), layout),
-                    _widen(sc[i].astype(np.float64), layout), layout)
+    exact = rope_apply_loop(x, _widen(cc[i].astype(np.float64), layout),
+                            _widen(sc[i].astype(np.float64), layout), layout)
     err = np.abs(cp.asnumpy(got).astype(np.float64) - exact)
     assert (err <= np.abs(exact) * rel * 1.01 + 8 * 2.0**-24).all()
 
@@ -413,8 +399,8 @@ def test_apply_rope_qk_on_gpu_in_place(cpb):
     q = cp.asarray(rng.standard_normal((2, 8, 33, 64)))
     k = cp.asarray(rng.standard_normal((2, 2, 33, 64)))
     cos, sin = _tables(cp, 33, 64, cp.float64)
-    qe = _rope64(cp.asnumpy(q), cp.asnumpy(cos), cp.asnumpy(sin), "half")
-    ke = _rope64(cp.asnumpy(k), cp.asnumpy(cos), cp.asnumpy(sin), "half")
+    qe = rope_apply_loop(cp.asnumpy(q), cp.asnumpy(cos), cp.asnumpy(sin), "half")
+    ke = rope_apply_loop(cp.asnumpy(k), cp.asnumpy(cos), cp.asnumpy(sin), "half")
     got = _cupy.apply_rope_qk(q, k, cos, sin, layout="half", inverse=False, xp=None,
                               out=(q, k))
     assert got[0] is q and got[1] is k

@@ -12,21 +12,7 @@ import pytest
 
 import arrpos
 from arrpos import _rope
-
-
-def _rotate_half(x, cos, sin, inverse=False):
-    """float64 reference of apply_rope's half layout, one pair at a time."""
-    x = np.asarray(x, dtype=np.float64)
-    c = np.broadcast_to(np.asarray(cos, np.float64), x.shape[:-1] + (cos.shape[-1],))
-    s = np.broadcast_to(np.asarray(sin, np.float64), x.shape[:-1] + (cos.shape[-1],))
-    s = -s if inverse else s
-    out = x.copy()
-    h = cos.shape[-1] // 2
-    for i in range(h):
-        a, b = x[..., i], x[..., i + h]
-        out[..., i] = a * c[..., i] - b * s[..., i]
-        out[..., i + h] = b * c[..., i + h] + a * s[..., i + h]
-    return out
+from reference import rope_apply_loop
 
 
 def _case(seed=0, shape=(2, 3, 4, 8)):
@@ -75,7 +61,7 @@ def test_out_memory_is_checked_on_every_call():
 
 def test_overlapping_out_after_a_disjoint_one():
     x, cos, sin = _case(2)
-    want = _rotate_half(x, cos, sin)
+    want = rope_apply_loop(x, cos, sin)
     arrpos.apply_rope(x, cos, sin, out=np.empty_like(x))
     buf = np.zeros((x.size + 8,), np.float32)
     xs = buf[8:].reshape(x.shape)
@@ -93,7 +79,7 @@ def test_a_subclass_gets_its_own_plan():
     x, cos, sin = _case(3)
     arrpos.apply_rope(x, cos, sin)  # the ndarray plan
     got = arrpos.apply_rope(x.view(_Tagged), cos, sin)
-    np.testing.assert_allclose(np.asarray(got), _rotate_half(x, cos, sin), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(np.asarray(got), rope_apply_loop(x, cos, sin), rtol=0, atol=2e-6)
     keys = [k for k in _rope._APPLY_PLANS if k[0] is not None and k[0][0] is _Tagged]
     assert keys, "the subclass call was planned under its own signature"
 
@@ -117,7 +103,7 @@ def test_decode_cache_grows_and_negative_ids_take_the_table_path():
     def want(pos):
         ang = np.asarray(pos, np.float64)[..., None] * inv
         full = np.concatenate([ang, ang], axis=-1)[:, :, None, :]
-        return _rotate_half(x, np.cos(full), np.sin(full))
+        return rope_apply_loop(x, np.cos(full), np.sin(full))
 
     for pos in ([[5], [1], [2]], [[5000], [1], [2]], [[-4], [0], [9]], [[7], [8], [9]]):
         pos = np.array(pos, dtype=np.int64)
