@@ -351,16 +351,6 @@ def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
 def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope_cached``: one fused gather-and-rotate over the half-width
     caches; ids are checked by the kernel (ValueError naming position_ids)."""
-    tx = _CODE_BY_ID.get(id(x.dtype))
-    tc = _CODE_BY_ID.get(id(cos_cache.dtype))
-    if (tx is not None and tc is not None and position_ids.dtype is _I64
-            and x.nbytes < _PARALLEL_MIN_BYTES and (tx, tc) in _APPLY_TYPES):
-        # a decode step: builtin dtypes, int64 ids, one thread, a small output
-        if out is None:
-            out = np.empty(x.shape, x.dtype)
-        _cpu.apply_rope_cached(x, cos_cache, sin_cache, position_ids, out, tx, tc,
-                               layout == "interleaved", inverse)
-        return out
     tx, tc = _code(x.dtype), _code(cos_cache.dtype)
     pos = position_ids
     if pos.dtype is not _I64 and pos.dtype != _I64:

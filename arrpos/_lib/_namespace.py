@@ -269,7 +269,6 @@ def is_writeable(x) -> bool:
     return bool(_compat.is_writeable_array(x))
 
 
-
 def to_numpy(x):
     """A NumPy array with ``x``'s values on the host (computes a lazy array, copies from a GPU,
     detaches from autograd; 16-bit floats NumPy lacks become float32)."""
