@@ -1014,15 +1014,24 @@ def _id_range_of(xp, pos):
     return lambda p: (int(xp.min(p)), int(xp.max(p)))
 
 
+def _fast_key(rope, xp, dev, dtype, fkey):
+    return id(rope), id(xp), dev, dtype, fkey
+
+
+def _cached_entry(rope, xp, dev, dtype, fkey=None):
+    """The ``(rows, cos_cache, sin_cache)`` entry ``rope`` has now for these, or None."""
+    hit = _FAST.get(_fast_key(rope, xp, dev, dtype, fkey))
+    return hit[1] if hit is not None and hit[0] is rope else None
+
+
 def _cache_for(rope, xp, dev, dtype, hi, seq_len):
     """``(cos_cache, sin_cache)`` of ``rope`` covering ids ``0 .. hi``, or None (table path)."""
     fkey = None
     if rope.scaling is not None and rope.scaling.seq_dependent:
         fkey = _frequency_key(rope, hi + 1 if seq_len is None else seq_len)
-    fast = (id(rope), id(xp), dev, dtype, fkey)
-    hit = _FAST.get(fast)
-    if hit is not None and hit[0] is rope and hi < hit[1][0]:
-        return hit[1][1], hit[1][2]
+    hit = _cached_entry(rope, xp, dev, dtype, fkey)
+    if hit is not None and hi < hit[0]:
+        return hit[1], hit[2]
     key = (rope, id(xp), dev, dtype, fkey)
     entry = _TABLES.get(key)
     if entry is None or hi >= entry[0]:
@@ -1040,7 +1049,7 @@ def _cache_for(rope, xp, dev, dtype, hi, seq_len):
         _TABLES[key] = entry
     if len(_FAST) >= 4 * _MAX_ENTRIES:
         _FAST.clear()
-    _FAST[fast] = (rope, entry)
+    _FAST[_fast_key(rope, xp, dev, dtype, fkey)] = (rope, entry)
     return entry[1], entry[2]
 
 
@@ -1309,9 +1318,9 @@ class RoPE:
         if served is not None and served[1] and (self.scaling is None
                                                  or not self.scaling.seq_dependent):
             # a kernel that checks the ids: try the cache as it is before reading the ids here
-            hit = _FAST.get((id(self), id(xp), dev, x.dtype, None))
-            if hit is not None and hit[0] is self:
-                c, s = hit[1][1], hit[1][2]
+            hit = _cached_entry(self, xp, dev, x.dtype)
+            if hit is not None:
+                c, s = hit[1], hit[2]
                 try:
                     return _dispatch.run(served, "apply_rope_cached", xp, None, x, c, s, ids,
                                          arrays=(x, c, s, ids, out), layout=self.layout,
