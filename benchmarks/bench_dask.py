@@ -20,9 +20,21 @@ SHAPE, CHUNKS = (4, 2048, 32, 128), (1, 512, 32, 128)
 TABLE = (65536, 8192, 128)  # positions, chunk, rotary width
 
 
+def _no_rows(positions, width):
+    """A task that makes no table: a chunk of table shape without memory behind it."""
+    return np.broadcast_to(np.float32(0), positions.shape + (width,))
+
+
+def _no_rotation(x, cos, sin):
+    """A task that rotates nothing: its chunk of ``x`` as it is."""
+    return x
+
+
 def _cases(da, place=lambda a: a):
-    """name, size, NumPy call, Dask graph builder (called inside the timing). ``place`` puts
-    the Dask inputs where they live (``client.persist``: on the workers, as real data is)."""
+    """name, size, NumPy call, Dask graph builder (called inside the timing), and Dask's
+    floor: a graph of the same inputs and output chunks whose tasks do no work. ``place``
+    puts the Dask inputs where they live (``client.persist``: on the workers, as real data
+    is)."""
     rng = np.random.default_rng(0)
     inv, _ = arrpos.rope_frequencies(SHAPE[-1])
     n, chunk, dim = SIN
@@ -37,32 +49,41 @@ def _cases(da, place=lambda a: a):
     cos, sin = cos[:, None, :], sin[:, None, :]
     dcos = place(da.from_array(cos, chunks=(CHUNKS[1], 1, SHAPE[3])))
     dsin = place(da.from_array(sin, chunks=(CHUNKS[1], 1, SHAPE[3])))
+    def no_table(p, width, dtype):
+        return p.map_blocks(_no_rows, width, new_axis=1, chunks=p.chunks + ((width,),),
+                            dtype=dtype)
+
     return [
         ("sinusoidal", f"({n}, {dim}) f64, chunks {chunk}",
-         lambda: arrpos.sinusoidal(pos, dim), lambda: arrpos.sinusoidal(dpos, dim)),
+         lambda: arrpos.sinusoidal(pos, dim), lambda: arrpos.sinusoidal(dpos, dim),
+         lambda: no_table(dpos, dim, np.float64)),
         ("rope_cos_sin", f"({tn}, {width}) x2 f32, chunks {tchunk}",
          lambda: arrpos.rope_cos_sin(tpos, inv_t, dtype=np.float32),
-         lambda: arrpos.rope_cos_sin(dtpos, dinv_t, dtype=np.float32)),
+         lambda: arrpos.rope_cos_sin(dtpos, dinv_t, dtype=np.float32),
+         lambda: (no_table(dtpos, width, np.float32), no_table(dtpos, width, np.float32))),
         ("apply_rope", f"{SHAPE} f32, chunks {CHUNKS}",
-         lambda: arrpos.apply_rope(x, cos, sin), lambda: arrpos.apply_rope(dx, dcos, dsin)),
+         lambda: arrpos.apply_rope(x, cos, sin), lambda: arrpos.apply_rope(dx, dcos, dsin),
+         lambda: da.map_blocks(_no_rotation, dx, dcos, dsin, dtype=dx.dtype)),
     ]
 
 
 def _threaded_rows(dask, cases, rounds):
     """compute() on the threaded scheduler; the note gives the per-chunk tasks alone (persist:
-    chunks computed, not handed over as one array). The tasks write their chunks into one
-    result buffer, which compute() returns as it is: no final join of the chunks."""
+    chunks computed, not handed over as one array) and Dask's floor: the same graph shape
+    persisted with tasks that do no work, which no kernel can get under. The tasks write their
+    chunks into one result buffer, which compute() returns as it is: no final join."""
     rows = []
-    for name, size, numpy_call, build in cases:
+    for name, size, numpy_call, build, floor in cases:
         t = interleaved({
             "numpy": numpy_call,
             "dask": lambda build=build: dask.compute(build(), scheduler="threads"),
             "chunks": lambda build=build: dask.persist(build(), scheduler="threads"),
+            "floor": lambda floor=floor: dask.persist(floor(), scheduler="threads"),
         }, rounds=rounds)
         rows.append((f"{name}, Dask threaded", size, t["dask"] * 1e3,
                      f"{t['dask'] / t['numpy']:.2f} x NumPy kernel",
-                     f"tasks alone {t['chunks'] / t['numpy']:.2f} x; "
-                     f"NumPy kernel {t['numpy'] * 1e3:.1f} ms"))
+                     f"tasks alone {t['chunks'] / t['numpy']:.2f} x; Dask with no work "
+                     f"{t['floor'] / t['numpy']:.2f} x; NumPy kernel {t['numpy'] * 1e3:.1f} ms"))
     return rows
 
 
@@ -79,7 +100,7 @@ def _cluster_rows(da, workers, rounds):
             warnings.catch_warnings():
         # the inputs go to the workers once, in the graph, on purpose (client.persist)
         warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
-        for name, size, numpy_call, build in _cases(da, place=client.persist):
+        for name, size, numpy_call, build, _ in _cases(da, place=client.persist):
             def gathered(build=build):
                 client.compute(build(), sync=True)
 

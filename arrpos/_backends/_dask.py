@@ -17,6 +17,7 @@ import math
 import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
+from dask.base import tokenize
 from dask.layers import ArraySliceDep
 
 from .. import _dispatch
@@ -233,15 +234,18 @@ def _blockwise(func, out_ind, pairs, opts, outputs, **kwargs):
     pairs = tuple(v for a, ind in zip(arrays, pairs[1::2]) for v in (a, ind))  # regions match
     outs = outputs(pairs[0])
     lead = tuple(i for i in out_ind if i not in kwargs.get("new_axes", {}))
+    # one hash of everything that makes the output names both the layer and its canvases
+    # (tokenizing the inputs is most of the cost of building the graph)
+    token = tokenize(func.__name__, out_ind, pairs, opts, kwargs)
     extra = ()
     if all(_dask_canvas.fits(chunks) for chunks, _ in outs):
-        canvases = [_dask_canvas.canvas_task(chunks, dtype, i, func.__name__, pairs, opts)
+        canvases = [_dask_canvas.canvas_task(chunks, dtype, f"{i}-{token}")
                     for i, (chunks, dtype) in enumerate(outs)]
         regions = [ArraySliceDep(chunks[:len(lead)]) for chunks, _ in outs]
         extra = tuple(v for c in canvases for v in (c, None)) + tuple(
             v for r in regions for v in (r, lead))
     res = da.blockwise(func, out_ind, *pairs, opts, None, *extra, align_arrays=False,
-                       **kwargs)
+                       name=f"{kwargs.pop('token')}-{token}", **kwargs)
     return res, extra
 
 
@@ -293,7 +297,8 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     if extra:  # res is cos; sin's tasks take their chunks from the canvas res's tasks wrote
         sin = da.blockwise(_rope_sin_block, ind + (_TABLE,), res, ind + (_TABLE,), *args,
                            opts, None, *extra[2:4], *extra[6:8], align_arrays=False,
-                           concatenate=False, meta=meta, token="arrpos-rope-sin")
+                           concatenate=False, meta=meta,
+                           name=res.name.replace("arrpos-rope_cos_sin", "arrpos-rope-sin"))
         cos, sin = _canvas_array(res, extra), _canvas_array(sin, extra)
     else:
         cos, sin = _split_pair(res, (meta, meta), (res.chunks, res.chunks), "arrpos-rope")

@@ -31,7 +31,6 @@ import numpy as np
 import dask
 import dask.array as da
 from dask.array.core import finalize as _dask_finalize
-from dask.base import tokenize
 
 from .. import _dispatch
 
@@ -163,12 +162,13 @@ def fits(chunks) -> bool:
     return not split or all(set(cs) == {1} for cs in chunks[:split[-1]])
 
 
-def canvas_task(chunks, dtype, *token):
+def canvas_task(chunks, dtype, token):
     """The canvas task (a ``Delayed``) for an output of ``chunks`` and ``dtype``, keyed by
-    ``token`` (the op and its inputs: equal graphs share it, different ones never do)."""
+    ``token`` (a hash of the op and its inputs: equal graphs share it, different ones never
+    do)."""
     shape = tuple(sum(c) for c in chunks)
-    name = f"arrpos-canvas-{tokenize(shape, np.dtype(dtype).str, *token)}"
-    return dask.delayed(new_canvas, pure=True)(shape, np.dtype(dtype), dask_key_name=name)
+    return dask.delayed(new_canvas, pure=True)(shape, np.dtype(dtype),
+                                               dask_key_name=f"arrpos-canvas-{token}")
 
 
 def _owner(block):
