@@ -21,6 +21,19 @@ namespace arrpos {
 
 enum Status { OK = 0, UNSUPPORTED = 1, BAD_POSITION = 2 };
 
+// For the table row pieces: GCC otherwise keeps some layouts' as calls, their vector registers
+// passed through memory (a third of the one-thread time of RoPE interleaved tables)
+#if defined(__GNUC__)
+#define ARRPOS_INLINE inline __attribute__((always_inline))
+#define ARRPOS_ALIGNED(p, n) __builtin_assume_aligned(p, n)
+#elif defined(_MSC_VER)
+#define ARRPOS_INLINE __forceinline
+#define ARRPOS_ALIGNED(p, n) (p)
+#else
+#define ARRPOS_INLINE inline
+#define ARRPOS_ALIGNED(p, n) (p)
+#endif
+
 // What one apply call needs inside the row loops (element strides of the innermost axis).
 struct RopeCall {
     ptrdiff_t R, D, ldc;                 // rotary width, row length, cache row length (R/2)
