@@ -88,8 +88,9 @@ template <> struct Ops<Avx512, double> {
     ARRPOS_I512 R mul(R a, R b) { return _mm512_mul_pd(a, b); }
     ARRPOS_I512 R add(R a, R b) { return _mm512_add_pd(a, b); }
     ARRPOS_I512 R sub(R a, R b) { return _mm512_sub_pd(a, b); }
-    ARRPOS_I512 R fmadd(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }  // a b + c, once rounded
-    ARRPOS_I512 R fmsub(R a, R b, R c) { return _mm512_fmsub_pd(a, b, c); }  // a b - c
+    // a b + c and a b - c, rounded once
+    ARRPOS_I512 R fmadd(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }
+    ARRPOS_I512 R fmsub(R a, R b, R c) { return _mm512_fmsub_pd(a, b, c); }
     ARRPOS_I512 R swap_pairs(R a) { return _mm512_permute_pd(a, 0x55); }
     ARRPOS_I512 R alt() { return _mm512_set_pd(1, -1, 1, -1, 1, -1, 1, -1); }
     ARRPOS_I512 R dup_low(R a)
