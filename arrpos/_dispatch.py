@@ -113,17 +113,22 @@ def call_checked(op: str, xp, check, /, *args, arrays=(), **kwargs):
 
 
 def route(op: str, xp, /, arrays=(), **kwargs):
-    """How every call of ``op`` with this signature (the types, dtypes and devices of
+    """How every call of ``op`` with this signature (the types, shapes, dtypes and devices of
     ``arrays``, and ``kwargs``) is served, for callers that memoise it per signature:
-    ``(function, validates)``, or None when an adapter tried decides per call (e.g. on autograd
-    state) and ``call_checked`` must decide each time. ``validates``: the function checks
-    ``op``'s values itself (see ``call_checked``)."""
+    ``(function, validates, bound)``, or None when an adapter tried decides per call (e.g. on
+    autograd state) and ``call_checked`` must decide each time. ``validates``: the function
+    checks ``op``'s values itself (see ``call_checked``). ``bound``: None, or the adapter's
+    ``bind(op, arrays, **kwargs)``, the op for this signature alone as a function of its
+    arrays and ``out``, positionally; it validates the values too, and may raise
+    ``Unsupported`` late as the function does (see ``serve``)."""
     for mod in candidates(xp):
         if not getattr(mod, "SIGNATURE_SUPPORTS", False):
             return None
         if mod.supports(op, arrays, **kwargs):
-            return getattr(mod, op), op in getattr(mod, "VALIDATES", ())
-    return getattr(_xp, op), False
+            validates = op in getattr(mod, "VALIDATES", ())
+            bind = getattr(mod, "bind", None) if validates else None
+            return getattr(mod, op), validates, bind and bind(op, arrays, **kwargs)
+    return getattr(_xp, op), False, None
 
 
 def run(served, op: str, xp, check, /, *args, arrays=(), **kwargs):
@@ -132,7 +137,7 @@ def run(served, op: str, xp, check, /, *args, arrays=(), **kwargs):
     None (nothing to check)."""
     if served is None:
         return call_checked(op, xp, check or _nothing, *args, arrays=arrays, **kwargs)
-    fn, validates = served
+    fn, validates, _ = served
     if check is not None and not validates:
         check()
     try:

@@ -772,12 +772,24 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
     check_out_memory(out)
     check = lambda: _check_ids_in_range(xp, position_ids, cos_cache.shape[0])  # noqa: E731
     try:  # the ids are read here only when the serving kernel does not check them itself
-        return _dispatch.run(served, "apply_rope_cached", xp, check, x, cos_cache, sin_cache,
-                             position_ids, arrays=(x, cos_cache, sin_cache, position_ids, out),
-                             layout=layout, inverse=inverse, out=out)
+        return _gather_rotate(served, xp, check, x, cos_cache, sin_cache, position_ids, layout,
+                              inverse, out)
     except ValueError:
         check()  # a kernel rejected an id: name it
         raise
+
+
+def _gather_rotate(served, xp, check, x, cos_cache, sin_cache, ids, layout, inverse, out):
+    """``apply_rope_cached`` along a memoised route (``_dispatch.route``), through the kernel
+    bound to the signature where there is one: nothing decided again, no keywords passed on."""
+    if served is not None and served[2] is not None:
+        try:
+            return served[2](x, cos_cache, sin_cache, ids, out)
+        except _dispatch.Unsupported:  # (strides its kernel does not take) the general route
+            pass
+    return _dispatch.run(served, "apply_rope_cached", xp, check, x, cos_cache, sin_cache, ids,
+                         arrays=(x, cos_cache, sin_cache, ids, out), layout=layout,
+                         inverse=inverse, out=out)
 
 
 def _cached_plan(x, cos_cache, sin_cache, position_ids, layout, inverse, out):
@@ -1322,9 +1334,8 @@ class RoPE:
             if hit is not None:
                 c, s = hit[1], hit[2]
                 try:
-                    return _dispatch.run(served, "apply_rope_cached", xp, None, x, c, s, ids,
-                                         arrays=(x, c, s, ids, out), layout=self.layout,
-                                         inverse=inverse, out=out)
+                    return _gather_rotate(served, xp, None, x, c, s, ids, self.layout, inverse,
+                                          out)
                 except ValueError:
                     pass  # an id past the cache (grown below) or negative (the table path)
         lo, hi = id_range(positions)
@@ -1337,8 +1348,8 @@ class RoPE:
         if served is None:  # the tables' types follow from the signature: route once
             served = plan[4] = _dispatch.route("apply_rope_cached", xp, arrays,
                                                layout=self.layout, inverse=inverse, out=out)
-        return _dispatch.run(served, "apply_rope_cached", xp, None, x, tables[0], tables[1], ids,
-                             arrays=arrays, layout=self.layout, inverse=inverse, out=out)
+        return _gather_rotate(served, xp, None, x, tables[0], tables[1], ids, self.layout,
+                              inverse, out)
 
     @classmethod
     def from_hf_config(cls, config, *, layer_type=None):

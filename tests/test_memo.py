@@ -109,3 +109,57 @@ def test_decode_cache_grows_and_negative_ids_take_the_table_path():
         pos = np.array(pos, dtype=np.int64)
         got = rope.apply(x, pos, heads_axis=-2)
         np.testing.assert_allclose(got, want(pos), rtol=0, atol=1e-12)
+
+
+def _cached_case(seed, shape):
+    """x, half-width caches, ids (batch, seq, 1) and the widened tables the reference reads."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    ang = rng.uniform(-3, 3, size=(64, shape[-1] // 2))
+    c, s = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    ids = rng.integers(0, 64, size=shape[:2] + (1,)).astype(np.int64)
+    full = lambda t: np.concatenate([t[ids[..., 0]], t[ids[..., 0]]], axis=-1)[:, :, None]  # noqa: E731
+    return x, c, s, ids, full(c), full(s)
+
+
+def test_a_signature_bound_kernel_hands_strides_it_cannot_take_to_the_general_route():
+    """The kernel bound to a signature (``_numpy.bind``) decides nothing from strides: a view
+    of the same shape and dtype whose strides its kernel refuses is still served exactly."""
+    x, c, s, ids, wc, ws = _cached_case(6, (2, 3, 4, 8))
+    arrpos.apply_rope_cached(x, c, s, ids)  # the plan, bound to a contiguous x
+    rec = np.zeros(x.shape, dtype=[("v", np.float32), ("pad", np.int8)])
+    rec["v"] = x
+    packed = rec["v"]  # float32 elements 5 bytes apart: no kernel takes them
+    assert packed.shape == x.shape and packed.dtype == x.dtype
+    got = arrpos.apply_rope_cached(packed, c, s, ids)
+    np.testing.assert_allclose(got, rope_apply_loop(x, wc, ws), rtol=0, atol=2e-6)
+    with pytest.raises(ValueError, match="position_ids"):  # the ids still named when refused
+        arrpos.apply_rope_cached(packed, c, s, ids + 64)
+
+
+@pytest.mark.skipif(arrpos._dispatch.adapter("_numpy") is None,
+                    reason="compiled extension disabled or absent")
+def test_a_bound_kernel_takes_its_threads_from_the_caller_on_every_call(monkeypatch):
+    """Threads are not part of a signature: a Dask task asks for one thread per call
+    (``one_thread_per_call``) with arrays whose signature another caller bound first."""
+    from arrpos._backends import _numpy, one_thread_per_call
+
+    real, threads = _numpy._cpu, []
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def apply_rope_cached(self, *args):
+            threads.append(args[-2])
+            return real.apply_rope_cached(*args)
+
+    monkeypatch.setattr(_numpy, "_cpu", Spy())
+    x, c, s, ids, wc, ws = _cached_case(7, (2, 64, 16, 64))  # 512 KiB: a threaded size
+    bound = _numpy.bind("apply_rope_cached", (x, c, s, ids, None), layout="half",
+                        inverse=False)
+    want = rope_apply_loop(x, wc, ws)
+    np.testing.assert_allclose(bound(x, c, s, ids, None), want, rtol=0, atol=2e-6)
+    with one_thread_per_call():
+        np.testing.assert_allclose(bound(x, c, s, ids, None), want, rtol=0, atol=2e-6)
+    assert threads == [_numpy._MAX_THREADS, 1]

@@ -310,16 +310,20 @@ def _tables_for(tx, cos, sin, tc):
     return cos.astype(dt), sin.astype(dt), _CODES[dt]
 
 
+def _threads_and_stores(nbytes):
+    """Threads and streaming stores for an output of ``nbytes``."""
+    if nbytes < _PARALLEL_MIN_BYTES:  # decode-sized: one thread, cached stores
+        return 1, False
+    return thread_count(nbytes), nbytes >= _STREAM_MIN_BYTES
+
+
 def _rotate(x, cos, sin, out, tx, tc, interleaved, inverse, pos=None):
     """The kernel into ``out`` (allocated when None); returns the result."""
     nbytes = x.nbytes
     if out is None:
         out = np.empty(x.shape, x.dtype) if nbytes < _BLOCK_MIN_BYTES else _empty(x.shape,
                                                                                    x.dtype)
-    if nbytes < _PARALLEL_MIN_BYTES:  # decode-sized: one thread, cached stores
-        nthreads, stream = 1, False
-    else:
-        nthreads, stream = thread_count(nbytes), nbytes >= _STREAM_MIN_BYTES
+    nthreads, stream = _threads_and_stores(nbytes)
     if pos is None:
         _cpu.apply_rope(x, cos, sin, out, tx, tc, interleaved, inverse, nthreads, stream)
     else:
@@ -358,6 +362,35 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse,
     if (tx, tc) not in _APPLY_TYPES:
         cos_cache, sin_cache, pos, tc = _gathered_rows(tx, cos_cache, sin_cache, pos)
     return _rotate(x, cos_cache, sin_cache, out, tx, tc, layout == "interleaved", inverse, pos)
+
+
+def bind(op, arrays, **kwargs):
+    """``op`` for this signature (``supports`` said yes): a function of the op's arrays and
+    ``out``, positionally, with what depends on the types, shapes and dtypes alone decided
+    here once (type codes, threads, store kind), or None where the general function serves.
+    Bound functions check the op's values themselves (``VALIDATES``). A decode step is a few
+    microseconds; deciding again costs a fifth of it."""
+    if op != "apply_rope_cached":
+        return None
+    x, cos_cache, _, pos, out = arrays
+    tx, tc = _code(x.dtype), _code(cos_cache.dtype)
+    if (tx, tc) not in _APPLY_TYPES or pos.dtype != _I64:
+        return None
+    shape, dtype, nbytes = x.shape, x.dtype, x.nbytes
+    alloc = out is None and (np.empty if nbytes < _BLOCK_MIN_BYTES else _empty)
+    interleaved, inverse = kwargs["layout"] == "interleaved", kwargs["inverse"]
+    # one thread below the parallel size; above it, threads follow the caller (a Dask task)
+    small = nbytes < _PARALLEL_MIN_BYTES
+    kernel = _cpu.apply_rope_cached
+
+    def cached(x, cos_cache, sin_cache, position_ids, out):
+        if alloc:
+            out = alloc(shape, dtype)
+        nthreads, stream = (1, False) if small else _threads_and_stores(nbytes)
+        kernel(x, cos_cache, sin_cache, position_ids, out, tx, tc, interleaved, inverse,
+               nthreads, stream)
+        return out
+    return cached
 
 
 def _gathered_rows(tx, cos_cache, sin_cache, pos):
