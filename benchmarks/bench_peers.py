@@ -155,6 +155,46 @@ def prefill_rows(rounds, quick):
     return rows
 
 
+def one_thread_rows(rounds, quick):
+    """The prefill rows with one thread each: arrpos inside ``one_thread_per_call`` (as a Dask
+    task runs it), the streaming copy likewise, ONNX Runtime sessions of one intra-op thread."""
+    from arrpos._backends import one_thread_per_call
+
+    if quick or _threads() == 1:
+        return []  # (with one thread anyway, the rows above are these)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(PREFILL, dtype=np.float32)
+    b, s, _, d = PREFILL
+    cos_c, sin_c = _cache()
+    pos = np.broadcast_to(np.arange(s), (b, s)).astype(np.int64)
+    limit, rows = _stream_copy(), []
+    for layout in ("half", "interleaved"):
+        cos, sin = arrpos.rope_cos_sin(np.arange(s), arrpos.rope_frequencies(d)[0],
+                                       layout=layout, dtype=np.float32)
+        cos, sin = cos[:, None], sin[:, None]
+        out = np.empty_like(x)
+        out.fill(0)
+
+        def one(fn):
+            def call():
+                with one_thread_per_call():
+                    fn()
+            return call
+
+        funcs = {"out=": one(lambda: arrpos.apply_rope(x, cos, sin, layout=layout, out=out)),
+                 "copyto": lambda: np.copyto(out, x)}
+        if limit is not None:
+            funcs["stream"] = one(lambda: limit(x, out))
+        for domain in ("ms", "onnx"):
+            sess = _ort_session(domain, PREFILL, np.float32, layout == "interleaved", 1)
+            if sess is not None:
+                funcs[f"ort-{domain} out"] = _ort_calls(sess, x, pos, cos_c, sin_c)[1]
+        t = interleaved(funcs, rounds=rounds)
+        rows.append((f"apply_rope {layout} f32 out=, 1 thread", str(PREFILL), t["out="] * 1e3,
+                     _limit_text(t, "out="), _peer_text(t, "out=", " out")))
+    return rows
+
+
 def _stream_copy():
     """The kernels' streaming copy (the benchmarks' memory limit), or None without them."""
     from arrpos._dispatch import adapter
@@ -334,6 +374,6 @@ def sweep_rows(rounds, quick):
 def run(quick=False, rounds=None):
     r = rounds or (3 if quick else 15)
     rows = []
-    for part in (prefill_rows, decode_rows, sweep_rows):  # 16-bit rows: bench_rope
+    for part in (prefill_rows, one_thread_rows, decode_rows, sweep_rows):  # 16-bit: bench_rope
         rows += part(r, quick)
     return rows, f"peers: {_threads()} thread(s) for arrpos, ONNX Runtime and torch"

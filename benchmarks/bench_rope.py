@@ -6,6 +6,7 @@ import numpy as np
 
 import arrpos
 from arrpos import _dispatch
+from arrpos._backends import one_thread_per_call
 
 from ._timing import interleaved
 
@@ -107,7 +108,7 @@ def _apply_rows(dtype, layout, rounds, with_users):
     return rows
 
 
-def _table_row(dtype, layout, rounds):
+def _table_rows(dtype, layout, rounds):
     n, nf = TABLE
     inv = arrpos.rope_frequencies(2 * nf)[0]
     impl = _dispatch.adapter("_numpy")
@@ -122,18 +123,23 @@ def _table_row(dtype, layout, rounds):
         emb = np.concatenate((freqs, freqs), axis=-1)
         return np.cos(emb), np.sin(emb)
 
-    t = interleaved(
-        {
-            "kernel": lambda: impl.rope_cos_sin(pos, inv, layout=layout, attention_factor=1.0,
-                                                axes=None, dtype=dtype, xp=None, out=(cos, sin)),
-            "fill": lambda: (cos.fill(0.0), sin.fill(0.0)),
-            "numpy": numpy_formula,
-        },
-        rounds=rounds,
-    )
-    return (f"rope_cos_sin {layout} into out", f"({n}, {2 * nf}) x2 f{np.dtype(dtype).name[-2:]}",
-            t["kernel"] * 1e3, f"{t['kernel'] / t['fill']:.2f} x fill",
-            f"{t['numpy'] / t['kernel']:.1f} x faster than numpy formula")
+    def kernel():
+        impl.rope_cos_sin(pos, inv, layout=layout, attention_factor=1.0, axes=None,
+                          dtype=dtype, xp=None, out=(cos, sin))
+
+    def one_thread():  # as a Dask task runs it (fill is one thread too)
+        with one_thread_per_call():
+            kernel()
+
+    t = interleaved({"kernel": kernel, "one thread": one_thread,
+                     "fill": lambda: (cos.fill(0.0), sin.fill(0.0)), "numpy": numpy_formula},
+                    rounds=rounds)
+    size = f"({n}, {2 * nf}) x2 f{np.dtype(dtype).name[-2:]}"
+    return [(f"rope_cos_sin {layout} into out", size, t["kernel"] * 1e3,
+             f"{t['kernel'] / t['fill']:.2f} x fill",
+             f"{t['numpy'] / t['kernel']:.1f} x faster than numpy formula"),
+            (f"rope_cos_sin {layout} into out, 1 thread", size, t["one thread"] * 1e3,
+             f"{t['one thread'] / t['fill']:.2f} x fill", "")]
 
 
 def _decode_row(rounds):
@@ -211,7 +217,7 @@ def run(quick=False, rounds=None):
     if not quick:
         rows += _apply_rows(np.float64, "half", r, with_users=False)
     for layout in layouts:
-        rows.append(_table_row(np.float32, layout, r))
+        rows += _table_rows(np.float32, layout, r)
     rows.append(_decode_row(r + 4))
     rows += _sixteen_bit_rows(r)
     return rows, None
