@@ -120,7 +120,7 @@ def route(op: str, xp, /, arrays=(), **kwargs):
     checks ``op``'s values itself (see ``call_checked``). ``bound``: None, or the adapter's
     ``bind(op, arrays, **kwargs)``, the op for this signature alone as a function of its
     arrays and ``out``, positionally; it validates the values too, and may raise
-    ``Unsupported`` late as the function does (see ``serve``)."""
+    ``Unsupported`` late as the function does (the caller then goes on with ``run``)."""
     for mod in candidates(xp):
         if not getattr(mod, "SIGNATURE_SUPPORTS", False):
             return None
