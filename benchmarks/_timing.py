@@ -30,6 +30,17 @@ def interleaved(funcs: dict, *, rounds: int = 15, warmup: int = 2, min_time: flo
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+def one_thread(fn):
+    """``fn`` as a call whose compiled kernels use one CPU thread (``one_thread_per_call``, as a
+    Dask task runs them): the one-thread rows."""
+    from arrpos._backends import one_thread_per_call
+
+    def call():
+        with one_thread_per_call():
+            return fn()
+    return call
+
+
 def format_table(rows, headers) -> str:
     cols = [headers] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cols) for i in range(len(headers))]

@@ -20,9 +20,9 @@ SHAPE, CHUNKS = (4, 2048, 32, 128), (1, 512, 32, 128)
 TABLE = (65536, 8192, 128)  # positions, chunk, rotary width
 
 
-def _no_rows(positions, width):
+def _no_rows(positions, width, dtype):
     """A task that makes no table: a chunk of table shape without memory behind it."""
-    return np.broadcast_to(np.float32(0), positions.shape + (width,))
+    return np.broadcast_to(np.zeros((), dtype), positions.shape + (width,))
 
 
 def _no_rotation(x, cos, sin):
@@ -49,9 +49,10 @@ def _cases(da, place=lambda a: a):
     cos, sin = cos[:, None, :], sin[:, None, :]
     dcos = place(da.from_array(cos, chunks=(CHUNKS[1], 1, SHAPE[3])))
     dsin = place(da.from_array(sin, chunks=(CHUNKS[1], 1, SHAPE[3])))
+
     def no_table(p, width, dtype):
-        return p.map_blocks(_no_rows, width, new_axis=1, chunks=p.chunks + ((width,),),
-                            dtype=dtype)
+        return p.map_blocks(_no_rows, width, dtype, new_axis=1,
+                            chunks=p.chunks + ((width,),), dtype=dtype)
 
     return [
         ("sinusoidal", f"({n}, {dim}) f64, chunks {chunk}",

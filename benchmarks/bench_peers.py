@@ -23,7 +23,7 @@ import numpy as np
 
 import arrpos
 
-from ._timing import interleaved
+from ._timing import interleaved, one_thread
 
 PREFILL = (4, 2048, 32, 128)
 DECODE_HEADS, HEAD_DIM, MAX_POS = 32, 128, 4096
@@ -114,14 +114,16 @@ def _apply_cached(x, cos, sin, ids, layout="half", out=None):
     return arrpos.apply_rope(x, full(c), full(s), layout=layout, out=out)
 
 
-def prefill_rows(rounds, quick):
+def _prefill(shape, threads):
+    """Per layout, ``(layout, x, cos, sin, funcs)``: the calls both prefill row kinds time, all
+    into one ``out``: arrpos's ``out=`` call, ``np.copyto``, the streaming copy, and ORT's
+    ``run()`` and bound calls with ``threads`` intra-op threads."""
     rng = np.random.default_rng(0)
-    shape = (1, 512, 32, 128) if quick else PREFILL
-    b, s, h, d = shape
+    b, s, _, d = shape
     x = rng.standard_normal(shape, dtype=np.float32)
     cos_c, sin_c = _cache()
     pos = np.broadcast_to(np.arange(s), (b, s)).astype(np.int64)
-    rows = []
+    limit = _stream_copy()
     for layout in ("half", "interleaved"):
         inv, _ = arrpos.rope_frequencies(d)
         cos, sin = arrpos.rope_cos_sin(np.arange(s), inv, layout=layout, dtype=np.float32)
@@ -129,17 +131,22 @@ def prefill_rows(rounds, quick):
         out = np.empty_like(x)
         out.fill(0)
         funcs = {"out=": lambda: arrpos.apply_rope(x, cos, sin, layout=layout, out=out),
-                 "alloc": lambda: arrpos.apply_rope(x, cos, sin, layout=layout),
                  "copyto": lambda: np.copyto(out, x)}
-        limit = _stream_copy()
         if limit is not None:  # the memory limit: the same bytes through streaming stores
             funcs["stream"] = lambda: limit(x, out)
         for domain in ("ms", "onnx"):
-            sess = _ort_session(domain, shape, np.float32, layout == "interleaved", _threads())
+            sess = _ort_session(domain, shape, np.float32, layout == "interleaved", threads)
             if sess is not None:
-                run, bound = _ort_calls(sess, x, pos, cos_c, sin_c)
-                funcs[f"ort-{domain} run"] = run
-                funcs[f"ort-{domain} out"] = bound
+                funcs[f"ort-{domain} run"], funcs[f"ort-{domain} out"] = _ort_calls(
+                    sess, x, pos, cos_c, sin_c)
+        yield layout, x, cos, sin, funcs
+
+
+def prefill_rows(rounds, quick):
+    shape = (1, 512, 32, 128) if quick else PREFILL
+    rows = []
+    for layout, x, cos, sin, funcs in _prefill(shape, _threads()):
+        funcs["alloc"] = lambda: arrpos.apply_rope(x, cos, sin, layout=layout)
         calls = _framework_calls(x, cos, sin, layout)
         spinning = {k: calls.pop(k) for k in list(calls) if k.startswith("jax")}
         funcs.update(calls)
@@ -156,39 +163,15 @@ def prefill_rows(rounds, quick):
 
 
 def one_thread_rows(rounds, quick):
-    """The prefill rows with one thread each: arrpos inside ``one_thread_per_call`` (as a Dask
-    task runs it), the streaming copy likewise, ONNX Runtime sessions of one intra-op thread."""
-    from arrpos._backends import one_thread_per_call
-
+    """The prefill ``out=`` rows with one thread each: arrpos and the streaming copy inside
+    ``one_thread_per_call`` (as a Dask task runs them), ONNX Runtime sessions of one intra-op
+    thread."""
     if quick or _threads() == 1:
         return []  # (with one thread anyway, the rows above are these)
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal(PREFILL, dtype=np.float32)
-    b, s, _, d = PREFILL
-    cos_c, sin_c = _cache()
-    pos = np.broadcast_to(np.arange(s), (b, s)).astype(np.int64)
-    limit, rows = _stream_copy(), []
-    for layout in ("half", "interleaved"):
-        cos, sin = arrpos.rope_cos_sin(np.arange(s), arrpos.rope_frequencies(d)[0],
-                                       layout=layout, dtype=np.float32)
-        cos, sin = cos[:, None], sin[:, None]
-        out = np.empty_like(x)
-        out.fill(0)
-
-        def one(fn):
-            def call():
-                with one_thread_per_call():
-                    fn()
-            return call
-
-        funcs = {"out=": one(lambda: arrpos.apply_rope(x, cos, sin, layout=layout, out=out)),
-                 "copyto": lambda: np.copyto(out, x)}
-        if limit is not None:
-            funcs["stream"] = one(lambda: limit(x, out))
-        for domain in ("ms", "onnx"):
-            sess = _ort_session(domain, PREFILL, np.float32, layout == "interleaved", 1)
-            if sess is not None:
-                funcs[f"ort-{domain} out"] = _ort_calls(sess, x, pos, cos_c, sin_c)[1]
+    rows = []
+    for layout, _, _, _, funcs in _prefill(PREFILL, 1):
+        funcs = {k: (one_thread(f) if k in ("out=", "stream") else f)
+                 for k, f in funcs.items() if not k.endswith(" run")}
         t = interleaved(funcs, rounds=rounds)
         rows.append((f"apply_rope {layout} f32 out=, 1 thread", str(PREFILL), t["out="] * 1e3,
                      _limit_text(t, "out="), _peer_text(t, "out=", " out")))

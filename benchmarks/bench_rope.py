@@ -6,9 +6,8 @@ import numpy as np
 
 import arrpos
 from arrpos import _dispatch
-from arrpos._backends import one_thread_per_call
 
-from ._timing import interleaved
+from ._timing import interleaved, one_thread
 
 SHAPE = (4, 2048, 32, 128)  # (batch, seq, heads, head_dim)
 DECODE = (1, 1, 32, 128)
@@ -127,11 +126,7 @@ def _table_rows(dtype, layout, rounds):
         impl.rope_cos_sin(pos, inv, layout=layout, attention_factor=1.0, axes=None,
                           dtype=dtype, xp=None, out=(cos, sin))
 
-    def one_thread():  # as a Dask task runs it (fill is one thread too)
-        with one_thread_per_call():
-            kernel()
-
-    t = interleaved({"kernel": kernel, "one thread": one_thread,
+    t = interleaved({"kernel": kernel, "one thread": one_thread(kernel),  # (fill: one too)
                      "fill": lambda: (cos.fill(0.0), sin.fill(0.0)), "numpy": numpy_formula},
                     rounds=rounds)
     size = f"({n}, {2 * nf}) x2 f{np.dtype(dtype).name[-2:]}"

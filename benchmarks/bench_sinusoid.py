@@ -4,10 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from arrpos import _dispatch
-from arrpos._backends import one_thread_per_call
 from arrpos._exact import power_frequencies
 
-from ._timing import interleaved
+from ._timing import interleaved, one_thread
 
 FULL_SIZES = [(8192, 1024), (65536, 512)]
 QUICK_SIZES = [(8192, 1024)]
@@ -37,12 +36,8 @@ def run(quick=False, rounds=None):
             impl.sinusoid_table(pos, hi, lo, layout="interleaved", dtype=np.float32, width=d,
                                 xp=None, out=out)
 
-        def one_thread():  # as a Dask task runs it (fill is one thread too)
-            with one_thread_per_call():
-                kernel()
-
-        t = interleaved(
-            {"kernel": kernel, "one thread": one_thread, "fill": lambda: out.fill(0.0),
+        t = interleaved(  # (fill is one thread too)
+            {"kernel": kernel, "one thread": one_thread(kernel), "fill": lambda: out.fill(0.0),
              "numpy": lambda: numpy_formula(n, d, ref)},
             rounds=rounds or (5 if quick else 25),
         )
