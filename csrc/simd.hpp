@@ -137,6 +137,8 @@ template <> struct Vec<Avx512, float> : Ops<Avx512, float> {
     ARRPOS_I512 R load_half(const float *p) { return _mm512_castps256_ps512(_mm256_loadu_ps(p)); }
     ARRPOS_I512 void store(float *p, R v) { _mm512_storeu_ps(p, v); }
     ARRPOS_I512 void stream(float *p, R v) { stream_bytes64(p, _mm512_castps_si512(v)); }
+    using U = __m512i;  // the bytes a store writes
+    ARRPOS_I512 U bits(R v) { return _mm512_castps_si512(v); }
 };
 template <> struct Vec<Avx512, double> : Ops<Avx512, double> {
     ARRPOS_I512 R load(const double *p) { return _mm512_loadu_pd(p); }
@@ -146,6 +148,8 @@ template <> struct Vec<Avx512, double> : Ops<Avx512, double> {
     }
     ARRPOS_I512 void store(double *p, R v) { _mm512_storeu_pd(p, v); }
     ARRPOS_I512 void stream(double *p, R v) { stream_bytes64(p, _mm512_castpd_si512(v)); }
+    using U = __m512i;  // the bytes a store writes
+    ARRPOS_I512 U bits(R v) { return _mm512_castpd_si512(v); }
 };
 template <> struct Vec<Avx512, f16> : Ops<Avx512, float> {
     ARRPOS_I512 R load(const f16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
@@ -159,6 +163,8 @@ template <> struct Vec<Avx512, f16> : Ops<Avx512, float> {
     }
     ARRPOS_I512 void store(f16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow(v)); }
     ARRPOS_I512 void stream(f16 *p, R v) { stream_bytes32(p, narrow(v)); }
+    using U = __m256i;  // the bytes a store writes
+    ARRPOS_I512 U bits(R v) { return narrow(v); }
 };
 template <> struct Vec<Avx512, bf16> : Ops<Avx512, float> {
     ARRPOS_I512 R widen16(__m256i h)
@@ -180,6 +186,8 @@ template <> struct Vec<Avx512, bf16> : Ops<Avx512, float> {
     }
     ARRPOS_I512 void store(bf16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow(v)); }
     ARRPOS_I512 void stream(bf16 *p, R v) { stream_bytes32(p, narrow(v)); }
+    using U = __m256i;  // the bytes a store writes
+    ARRPOS_I512 U bits(R v) { return narrow(v); }
 };
 
 // ---- AVX-512 with AVX512_BF16: one instruction rounds float32 to bfloat16 (RNE) -------------
@@ -190,6 +198,7 @@ template <> struct Vec<Avx512Bf16, bf16> : Vec<Avx512, bf16> {
     ARRPOS_IBF16 __m256i narrow(R v) { return (__m256i)_mm512_cvtneps_pbh(v); }
     ARRPOS_IBF16 void store(bf16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow(v)); }
     ARRPOS_IBF16 void stream(bf16 *p, R v) { stream_bytes32(p, narrow(v)); }
+    ARRPOS_IBF16 U bits(R v) { return narrow(v); }
 };
 
 // ---- AVX2 ----------------------------------------------------------------------------------
@@ -242,12 +251,16 @@ template <> struct Vec<Avx2, float> : Ops<Avx2, float> {
     ARRPOS_I256 R load_half(const float *p) { return _mm256_castps128_ps256(_mm_loadu_ps(p)); }
     ARRPOS_I256 void store(float *p, R v) { _mm256_storeu_ps(p, v); }
     ARRPOS_I256 void stream(float *p, R v) { stream_bytes32(p, _mm256_castps_si256(v)); }
+    using U = __m256i;  // the bytes a store writes
+    ARRPOS_I256 U bits(R v) { return _mm256_castps_si256(v); }
 };
 template <> struct Vec<Avx2, double> : Ops<Avx2, double> {
     ARRPOS_I256 R load(const double *p) { return _mm256_loadu_pd(p); }
     ARRPOS_I256 R load_half(const double *p) { return _mm256_castpd128_pd256(_mm_loadu_pd(p)); }
     ARRPOS_I256 void store(double *p, R v) { _mm256_storeu_pd(p, v); }
     ARRPOS_I256 void stream(double *p, R v) { stream_bytes32(p, _mm256_castpd_si256(v)); }
+    using U = __m256i;  // the bytes a store writes
+    ARRPOS_I256 U bits(R v) { return _mm256_castpd_si256(v); }
 };
 template <> struct Vec<Avx2, f16> : Ops<Avx2, float> {
     ARRPOS_I256 R load(const f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
@@ -261,6 +274,8 @@ template <> struct Vec<Avx2, f16> : Ops<Avx2, float> {
     }
     ARRPOS_I256 void store(f16 *p, R v) { _mm_storeu_si128((__m128i *)p, narrow(v)); }
     ARRPOS_I256 void stream(f16 *p, R v) { _mm_stream_si128((__m128i *)p, narrow(v)); }
+    using U = __m128i;  // the bytes a store writes
+    ARRPOS_I256 U bits(R v) { return narrow(v); }
 };
 template <> struct Vec<Avx2, bf16> : Ops<Avx2, float> {
     ARRPOS_I256 R load(const bf16 *p)
@@ -283,6 +298,41 @@ template <> struct Vec<Avx2, bf16> : Ops<Avx2, float> {
     }
     ARRPOS_I256 void store(bf16 *p, R v) { _mm_storeu_si128((__m128i *)p, narrow(v)); }
     ARRPOS_I256 void stream(bf16 *p, R v) { _mm_stream_si128((__m128i *)p, narrow(v)); }
+    using U = __m128i;  // the bytes a store writes
+    ARRPOS_I256 U bits(R v) { return narrow(v); }
+};
+
+// ---- whole store units of a streamed run ----------------------------------------------------
+// Units<S>: aligned S-byte stores of a register (Vec's U, S = sizeof(U)). A run that starts k
+// 16-byte pieces into a unit goes out as whole units: join(prev, cur) is prev's last k pieces,
+// then cur's first S/16 - k (index(k) prepares it once per run).
+template <int S> struct Units;
+template <> struct Units<64> {
+    ARRPOS_I512 __m512i index(int k)  // qword i: prev's 8 - 2k + i below 2k, else cur's i - 2k
+    {
+        alignas(64) long long ix[8];
+        for (int i = 0; i < 8; i++)
+            ix[i] = i < 2 * k ? 8 - 2 * k + i : 8 + i - 2 * k;
+        return _mm512_load_si512(ix);
+    }
+    ARRPOS_I512 __m512i join(__m512i prev, __m512i cur, __m512i ix)
+    {
+        return _mm512_permutex2var_epi64(prev, ix, cur);
+    }
+    ARRPOS_I512 void stream(void *p, __m512i u) { _mm512_stream_si512((__m512i *)p, u); }
+};
+template <> struct Units<32> {  // (k is 0 or 1)
+    ARRPOS_I256 __m256i index(int) { return _mm256_setzero_si256(); }
+    ARRPOS_I256 __m256i join(__m256i prev, __m256i cur, __m256i)
+    {
+        return _mm256_permute2x128_si256(prev, cur, 0x21);
+    }
+    ARRPOS_I256 void stream(void *p, __m256i u) { _mm256_stream_si256((__m256i *)p, u); }
+};
+template <> struct Units<16> {  // (k is always 0)
+    ARRPOS_I256 __m128i index(int) { return _mm_setzero_si128(); }
+    ARRPOS_I256 __m128i join(__m128i, __m128i cur, __m128i) { return cur; }
+    ARRPOS_I256 void stream(void *p, __m128i u) { _mm_stream_si128((__m128i *)p, u); }
 };
 
 // ---- float64 vectors rounded once to a storage type ------------------------------------------

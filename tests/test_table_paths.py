@@ -1,5 +1,6 @@
 """Every path of the compiled table kernels (sinusoid and RoPE cos/sin) at every instruction
-set level: streaming rows at any output alignment, cached-store rows, one or two threads.
+set level: streaming rows at any output alignment (row by row, staged, or runs of whole
+lines), cached-store rows, one or two threads.
 
 Each level runs in a subprocess (ARRPOS_SIMD_LEVEL caps the level, read once per process).
 The values are checked against the float64 sincos of the generic path (within the rounding
@@ -79,6 +80,17 @@ for nf in (3, 8, 16, 20, 64, 72):
                         for v, w in zip(outs, lone):
                             assert np.array_equal(v.view(np.uint8), w.view(np.uint8)), \
                                 (kind, nf, layout, dt, stream, off)
+            if nf in (16, 64):  # thread chunks (at least 4 blocks of rows) start mid-table
+                far = np.arange(-3000.0, 3000.0)
+                for dt in CODES:
+                    whole = [np.empty((len(far), 2 * nf), dt) for _ in ref]
+                    run(kind, far, hi, lo, dt, layout, whole, False, 1)
+                    for off in (0, 16, 48):
+                        outs = [at_offset((len(far), 2 * nf), dt, off) for _ in ref]
+                        run(kind, far, hi, lo, dt, layout, outs, True, 2)
+                        for v, w in zip(outs, whole):
+                            assert np.array_equal(v.view(np.uint8), w.view(np.uint8)), \
+                                (kind, nf, layout, dt, off, "chunks")
 print("ok")
 """
 
