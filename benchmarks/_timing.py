@@ -41,6 +41,13 @@ def one_thread(fn):
     return call
 
 
+def fill_text(t, mine, stream):
+    """A table row's time as multiples of ``fill`` of the same buffer (ordinary stores: from
+    the L3 cache where the buffer fits, as a repeated fill finds it) and of the streaming fill
+    (the write limit, which the table kernels' streaming stores meet)."""
+    return f"{t[mine] / t['fill']:.2f} x fill, {t[mine] / t[stream]:.2f} x streaming fill"
+
+
 def format_table(rows, headers) -> str:
     cols = [headers] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cols) for i in range(len(headers))]

@@ -7,7 +7,7 @@ import numpy as np
 import arrpos
 from arrpos import _dispatch
 
-from ._timing import interleaved, one_thread
+from ._timing import fill_text, interleaved, one_thread
 
 SHAPE = (4, 2048, 32, 128)  # (batch, seq, heads, head_dim)
 DECODE = (1, 1, 32, 128)
@@ -126,15 +126,20 @@ def _table_rows(dtype, layout, rounds):
         impl.rope_cos_sin(pos, inv, layout=layout, attention_factor=1.0, axes=None,
                           dtype=dtype, xp=None, out=(cos, sin))
 
+    def stream_fill():
+        impl.stream_fill(cos)
+        impl.stream_fill(sin)
+
     t = interleaved({"kernel": kernel, "one thread": one_thread(kernel),  # (fill: one too)
-                     "fill": lambda: (cos.fill(0.0), sin.fill(0.0)), "numpy": numpy_formula},
+                     "fill": lambda: (cos.fill(0.0), sin.fill(0.0)), "stream": stream_fill,
+                     "stream 1": one_thread(stream_fill), "numpy": numpy_formula},
                     rounds=rounds)
     size = f"({n}, {2 * nf}) x2 f{np.dtype(dtype).name[-2:]}"
     return [(f"rope_cos_sin {layout} into out", size, t["kernel"] * 1e3,
-             f"{t['kernel'] / t['fill']:.2f} x fill",
+             fill_text(t, "kernel", "stream"),
              f"{t['numpy'] / t['kernel']:.1f} x faster than numpy formula"),
             (f"rope_cos_sin {layout} into out, 1 thread", size, t["one thread"] * 1e3,
-             f"{t['one thread'] / t['fill']:.2f} x fill", "")]
+             fill_text(t, "one thread", "stream 1"), "")]
 
 
 def _decode_row(rounds):

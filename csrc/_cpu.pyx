@@ -68,7 +68,7 @@ cdef extern from "kernels.hpp" namespace "arrpos":
     int rope_apply[T, Tc](const ApplyArgs &a) noexcept nogil
     void table[T](TableJob job, int nthreads, Py_ssize_t chunk_bytes) noexcept nogil
     void cpp_stream_copy "arrpos::stream_copy"(char *dst, const char *src, Py_ssize_t n,
-                                               int nthreads) noexcept nogil
+                                               int nthreads, Py_ssize_t period) noexcept nogil
     int simd_level() noexcept nogil
 
 cdef extern from "memory.hpp" namespace "arrpos":
@@ -305,7 +305,23 @@ def stream_copy(cnp.ndarray src, cnp.ndarray dst, int nthreads=1):
     cdef const char *s = <const char *>cnp.PyArray_DATA(src)
     cdef Py_ssize_t n = cnp.PyArray_NBYTES(src)
     with nogil:
-        cpp_stream_copy(d, s, n, nthreads)
+        cpp_stream_copy(d, s, n, nthreads, 0)
+
+
+def stream_fill(cnp.ndarray dst, int byte, int nthreads=1):
+    """Every byte of the C-contiguous ``dst`` set to ``byte``, with streaming stores: the write
+    limit the table benchmarks compare against. (Use a byte other than 0: on some machines
+    streamed zero lines cost far less than any data.)"""
+    if not cnp.PyArray_IS_C_CONTIGUOUS(dst) or not cnp.PyArray_ISWRITEABLE(dst):
+        raise ValueError("dst must be C-contiguous and writable")
+    if not 0 <= byte <= 255:
+        raise ValueError(f"byte must lie in [0, 255], got {byte}")
+    cdef bytes stage = bytes([byte]) * 4096
+    cdef const char *s = stage
+    cdef char *d = <char *>cnp.PyArray_DATA(dst)
+    cdef Py_ssize_t n = cnp.PyArray_NBYTES(dst)
+    with nogil:
+        cpp_stream_copy(d, s, n, nthreads, 4096)
 
 
 cdef class OutputBlock:

@@ -444,26 +444,34 @@ void table(TableJob job, int nthreads, ptrdiff_t chunk_bytes)
     parallel_for((job.n + job.chunk_rows - 1) / job.chunk_rows, nthreads, table_chunk, &ctx);
 }
 
-// dst = src (n bytes) with streaming stores: the memory limit row of the benchmarks.
-inline void stream_copy(char *dst, const char *src, ptrdiff_t n, int nthreads)
+// dst = src (n bytes) with streaming stores: the memory limit rows of the benchmarks. With a
+// period (dividing 1 MiB), src holds that many bytes, repeated over dst: a streaming fill, the
+// write limit.
+inline void stream_copy(char *dst, const char *src, ptrdiff_t n, int nthreads,
+                        ptrdiff_t period = 0)
 {
     struct Ctx {
         char *dst;
         const char *src;
-        ptrdiff_t n, chunk;
+        ptrdiff_t n, chunk, period;
         int level;
-    } ctx{dst, src, n, 1 << 20, simd_level()};
+    } ctx{dst, src, n, 1 << 20, period, simd_level()};
     auto fn = [](void *p, ptrdiff_t i) {
         const Ctx &c = *(const Ctx *)p;
         ptrdiff_t lo = i * c.chunk, len = c.n - lo < c.chunk ? c.n - lo : c.chunk;
+        const ptrdiff_t step = c.period ? c.period : len;
+        for (ptrdiff_t k = lo; k < lo + len; k += step) {
+            const char *s = c.period ? c.src : c.src + k;
+            const ptrdiff_t m = lo + len - k < step ? lo + len - k : step;
 #if ARRPOS_HAVE_SIMD
-        if (c.level >= 2)
-            isa_avx512::copy_bytes(c.dst + lo, c.src + lo, len, true);
-        else if (c.level == 1)
-            isa_avx2::copy_bytes(c.dst + lo, c.src + lo, len, true);
-        else
+            if (c.level >= 2)
+                isa_avx512::copy_bytes(c.dst + k, s, m, true);
+            else if (c.level == 1)
+                isa_avx2::copy_bytes(c.dst + k, s, m, true);
+            else
 #endif
-            isa_portable::copy_bytes(c.dst + lo, c.src + lo, len, true);
+                isa_portable::copy_bytes(c.dst + k, s, m, true);
+        }
 #if ARRPOS_HAVE_SIMD
         _mm_sfence();
 #endif

@@ -94,3 +94,27 @@ def test_thread_count_env():
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, check=True).stdout
         assert out.strip() == "3"
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_benchmark_limit_rows_write_exactly_their_bytes(nthreads):
+    """The streaming copy and fill the benchmarks time as limits: every byte written, none
+    beside the destination, at starts inside a cache line and sizes around the 4 KiB fill
+    period and the 1 MiB thread chunk."""
+    from arrpos._backends import _cpu
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 15, 64, 100, 4095, 4097, (1 << 20) + 17, (3 << 20) + 5):
+        for off in (0, 1, 16, 48):
+            raw = np.zeros(n + off + 64, np.uint8)
+            dst = raw[off:off + n]
+            src = rng.integers(1, 256, n, dtype=np.uint8)
+            _cpu.stream_copy(src, dst, nthreads)
+            np.testing.assert_array_equal(dst, src)
+            _cpu.stream_fill(dst, 0x3F, nthreads)
+            assert (dst == 0x3F).all(), (n, off)
+            assert not raw[:off].any() and not raw[off + n:].any(), (n, off)
+    with pytest.raises(ValueError, match="byte"):
+        _cpu.stream_fill(np.zeros(8, np.uint8), 256)
+    with pytest.raises(ValueError, match="contiguous"):
+        _cpu.stream_fill(np.zeros(8, np.uint8)[::2], 1)

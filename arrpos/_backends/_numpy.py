@@ -420,3 +420,9 @@ def _gathered_rows(tx, cos_cache, sin_cache, pos):
 def stream_copy(src, dst):
     """``dst[...] = src`` with streaming stores (C-contiguous, equal sizes): the copy limit."""
     _cpu.stream_copy(src, dst, thread_count(dst.nbytes))
+
+
+def stream_fill(dst):
+    """Every byte of ``dst`` (C-contiguous) set to 0x3f with streaming stores: the write limit
+    (not zeros: this machine kind streams zero lines three times as fast as any data)."""
+    _cpu.stream_fill(dst, 0x3F, thread_count(dst.nbytes))
