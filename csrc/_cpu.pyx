@@ -316,12 +316,13 @@ def stream_fill(cnp.ndarray dst, int byte, int nthreads=1):
         raise ValueError("dst must be C-contiguous and writable")
     if not 0 <= byte <= 255:
         raise ValueError(f"byte must lie in [0, 255], got {byte}")
-    cdef bytes stage = bytes([byte]) * 4096
+    cdef Py_ssize_t period = 4096  # (divides the copy's 1 MiB chunks)
+    cdef bytes stage = bytes([byte]) * period
     cdef const char *s = stage
     cdef char *d = <char *>cnp.PyArray_DATA(dst)
     cdef Py_ssize_t n = cnp.PyArray_NBYTES(dst)
     with nogil:
-        cpp_stream_copy(d, s, n, nthreads, 4096)
+        cpp_stream_copy(d, s, n, nthreads, period)
 
 
 cdef class OutputBlock:
