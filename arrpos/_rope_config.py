@@ -4,7 +4,7 @@
 scaling is a lookup in ``_rope_scaling.SCALINGS`` (each scaling class builds itself from the
 config); this module reads the rest: the rotary width, the layout, the multimodal sections and
 the axes of vision towers. Config keys come first; what only the modeling file fixes is in the
-per-model-type tables below, read off the modeling files of transformers 5.23 and checked by
+per-model-type tables below, read off the modeling files of transformers 5.24 and checked by
 ``tests/test_hf_families.py``. What arrpos cannot reproduce exactly is refused with a ValueError
 or NotImplementedError naming the model type and the missing feature, never answered with a
 different RoPE.
@@ -28,7 +28,7 @@ _INTERLEAVED = frozenset({
     "moonshine_streaming", "pe_audio_encoder", "pe_audio_video_encoder", "pe_video_encoder",
     "openai_privacy_filter", "bailing_hybrid", "glm_moe_dsa", "longcat_flash",
     "mistral_large4", "mistral_large4_text", "deepseek_v2", "llama4", "llama4_text",
-    "gptj", "codegen",
+    "gptj", "codegen", "hy_v4_vl", "hy_v4_vl_text",
 })
 # model types whose modeling file reads ``rotary_dim`` (elsewhere it is a stale key:
 # transformers takes the width from partial_rotary_factor)
@@ -50,6 +50,7 @@ _MROPE = {
                      "cohere_compass_text"), ((24, 20, 20), "interleaved")),
     **dict.fromkeys(("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen4_exp",
                      "qwen4_exp_text"), ((11, 11, 10), "interleaved")),
+    **dict.fromkeys(("hy_v4_vl", "hy_v4_vl_text"), ((12, 10, 10), "interleaved")),
     **dict.fromkeys(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"), ((22, 22, 20), "ernie")),
     "neomme": ((), "alternating"),  # NeoMME: even frequencies turn with rows, odd with columns
 }

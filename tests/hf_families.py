@@ -31,8 +31,8 @@ import arrpos  # noqa: E402
 N_POS = 12          # dummy positions per sequence, all < MAX_POS
 MAX_POS = 64
 ATOL = 2e-5         # transformers forms float32 angles: ~|p| * 2**-24 rad at p < 64
-PINNED = "5.23."  # the transformers release MIN_PASSING was counted on
-MIN_PASSING = 291  # the pass count on transformers 5.23 (of 298 rotary types): no regressions
+PINNED = "5.24."  # the transformers release MIN_PASSING was counted on (the test extra's pin)
+MIN_PASSING = 299  # the pass count on transformers 5.24 (of 306 rotary types): no regressions
 REFUSALS = (ValueError, NotImplementedError)
 # Default configs transformers' own rotary cannot run, and the values the model's checkpoint
 # (named in its configuration file) carries: checked with those instead. GLM-4 text models
@@ -168,7 +168,17 @@ def _hf_tables(emb, pos, layer_type, width):
         out = emb(x, ids, **kwargs)
     if torch.is_tensor(out) and out.is_complex():  # freqs_cis (Llama 4, DeepSeek-V2)
         return out.real, out.imag, out
+    if _returns_sin_first(type(emb)):  # GPT-J, CodeGen (transformers >= 5.24)
+        return out[1], out[0], None
     return out[0], out[1], None
+
+
+def _returns_sin_first(cls):
+    try:
+        src = inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        return False
+    return re.search(r"return sin, cos\b", src) is not None
 
 
 def _apply_function(module, config):
@@ -199,15 +209,19 @@ def _hf_apply(fn, q, cos, sin):
     attention does when the function itself does not."""
     torch, _, _ = _transformers()
     params = inspect.signature(fn).parameters
-    r = cos.shape[-1]
+    # the rotated width: GPT-J / CodeGen's (tensor, sin, cos) widen half-width tables
+    r = cos.shape[-1] * (2 if list(params)[1:3] == ["sin", "cos"] else 1)
 
     def call(qq):
         kwargs = {"unsqueeze_dim": 1} if "unsqueeze_dim" in params else {}
         names = list(params)
         if names[:2] == ["q", "k"] or (len(names) > 1 and names[1] == "k"):
             out = fn(qq, qq, cos, sin, **kwargs)
-        elif names[1:3] == ["sin", "cos"]:
-            out = fn(qq, sin.unsqueeze(1), cos.unsqueeze(1))
+        elif names[1:3] == ["sin", "cos"]:  # GPT-J, CodeGen: (batch, seq, heads, D) inputs
+            try:
+                out = fn(qq.transpose(1, 2), sin, cos).transpose(1, 2)
+            except RuntimeError:  # transformers < 5.24: (batch, heads, seq, D), tables unsqueezed
+                out = fn(qq, sin.unsqueeze(1), cos.unsqueeze(1))
         else:
             out = fn(qq, cos, sin, **kwargs)
         return out[0] if isinstance(out, tuple) else out
