@@ -4,7 +4,10 @@ The browser tests move controls of every panel (arrow keys on focused sliders, s
 set with an ``input`` event) and compare the numbers the page then shows with float64 NumPy
 computations written here from the formulas (sinusoids, rotations, T5 buckets, ALiBi slopes, the
 three properties). Only inputs are read from the page's embedded data: the random q, k vectors
-and the random T5 table. Screenshots are taken and their pixels checked to be non-blank.
+and the random T5 table. The layout is checked by element geometry at 1280 x 900 and 420 x 900
+in every encoding of every panel (nothing wider than its panel or the window, no blank stretch,
+figures and readouts that stay put); screenshots are taken and their pixels checked to be
+non-blank.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` and the ``selenium`` package (``.ci/run``
 installs them); without them the browser tests are skipped, the others run.
@@ -141,8 +144,9 @@ def _browser_or_skip():
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
+    # scroll bars shown (they take room from the page, as on a desktop), one pixel per CSS pixel
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--hide-scrollbars", "--force-device-scale-factor=1", "--window-size=1280,800"):
+                "--force-device-scale-factor=1", "--window-size=1280,900"):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     service = Service(driver_exe)
@@ -277,7 +281,7 @@ def test_embedding_visualiser(browser, page_path):
         set_control(browser, "embedding-dimension", k)
         assert number(browser, "embedding-value") == pytest.approx(
             table[t5_bucket(k - q), 2], abs=TOL), (q, k)
-        assert shown(browser, "embedding-source").endswith(f"bucket {t5_bucket(k - q)}")
+        assert shown(browser, "embedding-detail") == f"bucket {t5_bucket(k - q)}"
     choose(browser, "embedding-encoding", "learned-random")
     assert browser.find_element(_by_id(), "embedding-head").get_attribute("disabled")
     learned = np.asarray(data["tables"]["learned-random"]["values"])
@@ -419,18 +423,137 @@ def assert_not_blank(png, what):
     return rgb
 
 
-@pytest.mark.parametrize("width, height", [(1280, 800), (420, 800)])
-def test_layout_and_screenshots(browser, width, height):
+# ------------------------------------------------------------------------ layout, by geometry
+
+# One script measures a panel: every element's box against the panel's and the window's, the
+# elements whose content is wider than their box, the blank height under the panel's last
+# child, canvases whose labels did not fit, and the boxes of the elements named.
+_GEOMETRY = r"""
+const [panelId, ids] = arguments;
+const panel = document.getElementById(panelId), root = document.documentElement;
+const pr = panel.getBoundingClientRect(), ps = getComputedStyle(panel);
+const left = pr.left + parseFloat(ps.borderLeftWidth), right = pr.right - parseFloat(ps.borderRightWidth);
+const out = {panel: [pr.left, pr.top, pr.width, pr.height], outside: [], clipped: [],
+             view: root.clientWidth, pageOverflow: root.scrollWidth - root.clientWidth, boxes: {}};
+for (const e of [panel, ...panel.querySelectorAll("*")]) {
+  if (e.closest("option")) continue;  // an option's box is the closed select's, not its own
+  const r = e.getBoundingClientRect();
+  if (r.width === 0 && r.height === 0) continue;
+  const name = e.tagName.toLowerCase() + (e.id ? "#" + e.id : "");
+  if (e !== panel && (r.left < left - 0.5 || r.right > right + 0.5))
+    out.outside.push([name, Math.round(r.left - left), Math.round(r.right - right)]);
+  if (r.left < -0.5 || r.right > root.clientWidth + 0.5)
+    out.outside.push([name + " (window)", Math.round(r.left), Math.round(r.right)]);
+  if (e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 1)
+    out.outside.push([name + " (content wider than its box)", e.scrollWidth, e.clientWidth]);
+  if (e.dataset && e.dataset.clipped) out.clipped.push(name + ": " + e.dataset.clipped);
+}
+let last = pr.top;
+for (const c of panel.children) last = Math.max(last, c.getBoundingClientRect().bottom);
+out.blank = pr.bottom - parseFloat(ps.borderBottomWidth) - parseFloat(ps.paddingBottom) - last;
+for (const id of ids) {
+  const r = document.getElementById(id).getBoundingClientRect();
+  out.boxes[id] = [r.left, r.top + scrollY, r.width, r.height].map((v) => Math.round(v * 10) / 10);
+}
+return out;
+"""
+MAX_BLANK_PX = 48  # under a panel's last child: 3 lines of text at most
+
+# Per panel: the states to visit (every encoding, the bias heads and metrics) and the elements
+# whose place and size must not change between them.
+_ENCODINGS = ("sinusoidal-interleaved", "sinusoidal-split", "rope-cos", "learned-random",
+              "alibi", "t5")
+LAYOUT_STATES = {
+    "sine-explorer": ([], [{"sine-amplitude": a, "sine-frequency": f, "sine-phase": p}
+                           for a, f, p in ((2, 1, 345), (0, 0.05, 0), (1, 0.2, 0))]),
+    "embedding-visualiser": (
+        ["embedding-heatmap", "embedding-readout", "embedding-row"],
+        [{"embedding-encoding": e, "embedding-head": h, "embedding-position": p,
+          "embedding-dimension": d}
+         for e in _ENCODINGS for h, p, d in ((0, 0, 0), (3, 47, 47), (1, 30, 3))]),
+    "rotation-explorer": (["rotation-plot", "rotation-curve"],
+                          [{"rotation-angle": a, "rotation-x1": x1, "rotation-x2": x2}
+                           for a, x1, x2 in ((355, -1, -1), (0, 0, 0), (45, 1, 0))]),
+    "rope-playground": (["rope-scores", "rope-decay"],
+                        [{"rope-m": m, "rope-n": n, "rope-shift": s, "rope-pair": i}
+                         for m, n, s, i in ((47, 0, 48, 15), (0, 47, 0, 0), (5, 2, 0, 0))]),
+    "properties": (
+        ["properties-similarity", "properties-row"],
+        [{"properties-encoding": e, "properties-metric": m, "properties-head": h,
+          "properties-x": x, "properties-y": y}
+         for e in _ENCODINGS for m in ("dot", "cosine") for h, x, y in ((3, 47, 0), (0, 10, 14))]),
+    "bit-flipping": (["bits-binary", "bits-sinusoidal"],
+                     [{"bits-position": p} for p in (15, 0, 5)]),
+}
+# the readout of the properties keeps its box too, but may sit beside or under the map
+READOUTS = {"properties": "properties-monotonicity", "embedding-visualiser": "embedding-value"}
+
+
+def _settle(browser):
+    """Wait for two animation frames: the page redraws on resize in one."""
+    browser.execute_async_script(
+        "requestAnimationFrame(() => requestAnimationFrame(arguments[arguments.length - 1]))")
+
+
+def _set_state(browser, state):
+    for control, value in state.items():
+        if control.endswith("-metric") and browser.find_element(
+                _by_id(), control).get_attribute("disabled"):
+            continue  # a bias is selected: the similarity is not the user's to choose
+        set_control(browser, control, value)
+
+
+@pytest.mark.parametrize("width, height", [(1280, 900), (420, 900)])
+def test_layout_by_geometry(browser, width, height):
+    """At both widths, in every state of every panel: nothing wider than its panel or the window
+    (no sideways scrolling, no clipped value), no blank stretch under a panel's content, the
+    figures and the readout in the same place and size for every encoding, and every label
+    drawn on a canvas fits."""
     browser.set_window_size(width, height)
+    _settle(browser)
+    assert browser.execute_script("return window.innerWidth") == width
+    report = {}
+    for panel, (fixed, states) in LAYOUT_STATES.items():
+        ids = fixed + ([READOUTS[panel]] if panel in READOUTS else [])
+        first = None
+        for state in states:
+            _set_state(browser, state)
+            g = browser.execute_script(_GEOMETRY, panel, ids)
+            where = f"{panel} at {width}px in {state}"
+            assert g["pageOverflow"] <= 0, f"{where}: the page scrolls sideways"
+            assert not g["outside"], f"{where}: {g['outside']}"
+            assert not g["clipped"], f"{where}: labels that do not fit: {g['clipped']}"
+            assert g["blank"] <= MAX_BLANK_PX, f"{where}: {g['blank']:.0f} px blank"
+            if first is None:
+                first = g
+            else:
+                assert g["boxes"] == first["boxes"], f"{where}: moved {first['boxes']}"
+                assert g["panel"][3] == pytest.approx(first["panel"][3], abs=0.5), where
+        report[panel] = (round(first["panel"][3]), round(first["blank"]))
+    print(f"{width}x{height}: panel height, blank px:", report)
+
+
+def test_disabled_controls_say_so(browser):
+    choose(browser, "properties-encoding", "sinusoidal-interleaved")
+    choose(browser, "properties-metric", "cosine")
+    assert shown(browser, "properties-head-value") == "\u2013"
+    choose(browser, "properties-encoding", "alibi")
+    sel = browser.find_element(_by_id(), "properties-metric")
+    assert sel.get_attribute("disabled") and sel.get_attribute("value") == "bias"
+    choose(browser, "properties-encoding", "rope-cos")  # the table's similarity comes back
+    assert sel.get_attribute("value") == "cosine" and not sel.get_attribute("disabled")
+    choose(browser, "embedding-encoding", "learned-random")
+    assert shown(browser, "embedding-head-value") == "\u2013"
+    assert shown(browser, "embedding-detail") == "\u2013"
+
+
+@pytest.mark.parametrize("width, height", [(1280, 900), (420, 900)])
+def test_screenshots_are_drawn(browser, width, height):
+    browser.set_window_size(width, height)
+    _settle(browser)
     browser.execute_script("window.scrollTo(0, 0)")
-    inner = browser.execute_script("return window.innerWidth")
-    # nothing wider than the window (no sideways scrolling), every panel on screen and drawn
-    assert browser.execute_script("return document.documentElement.scrollWidth") <= inner
     for panel in PANELS:
         el = browser.find_element(_by_id(), panel)
-        rect = el.rect
-        assert el.is_displayed() and rect["width"] > 0.8 * min(inner, 560), (panel, rect)
-        assert rect["x"] >= 0 and rect["x"] + rect["width"] <= inner + 1, (panel, rect)
         browser.execute_script("arguments[0].scrollIntoView()", el)
         assert_not_blank(el.screenshot_as_png, f"{panel} at {width}px")
     browser.execute_script("window.scrollTo(0, 0)")
@@ -449,16 +572,17 @@ def _save_readme_screenshot(browser):
                            ("rope-m", 17), ("rope-n", 9), ("rope-shift", 23), ("rope-pair", 2)):
         set_control(browser, control, value)
     browser.set_window_size(1280, 1300)
+    _settle(browser)
     top = browser.find_element(_by_id(), "rotation-explorer")
     browser.execute_script("window.scrollTo(0, arguments[0].getBoundingClientRect().top"
                            " + window.scrollY - 10)", top)
-    box = browser.execute_script(
+    box = browser.execute_script(  # the page's width: no scroll bar in the picture
         "const r = document.getElementById('rope-playground').getBoundingClientRect();"
-        "return [r.bottom + 10, window.innerWidth];")
+        "return [r.bottom + 10, document.documentElement.clientWidth];")
     img = Image.open(io.BytesIO(browser.get_screenshot_as_png())).convert("RGB")
     img = img.crop((0, 0, min(img.width, int(box[1])), min(img.height, int(box[0]))))
     img = img.quantize(colors=96, method=Image.Quantize.MEDIANCUT)
     out = ROOT / "docs" / "explore.png"
     img.save(out, optimize=True)
     assert out.stat().st_size < 150_000, out.stat().st_size
-    browser.set_window_size(1280, 800)
+    browser.set_window_size(1280, 900)

@@ -40,7 +40,16 @@ function setup(canvas) {
   g.fillStyle = "#fff";
   g.fillRect(0, 0, w, h);
   g.font = "11px system-ui, sans-serif";
+  delete canvas.dataset.clipped;
   return { g, w, h };
+}
+
+// The first of `variants` that fits in `width` pixels (labels drawn on a canvas cannot wrap). A
+// canvas where even the shortest does not fit is marked (data-clipped), which the tests check.
+function fitText(g, variants, width) {
+  for (const t of variants) if (g.measureText(t).width <= width) return t;
+  g.canvas.dataset.clipped = variants[variants.length - 1];
+  return variants[variants.length - 1];
 }
 
 function divergingRGB(t) {  // t in [-1, 1]: blue, white, red
@@ -57,6 +66,7 @@ function maxAbs(M) {
 }
 
 // Heatmap of a matrix (rows down, columns across) with crosshair marks at `marks` [[row, col]].
+// `opts.legend`: the colour legend's variants, longest first (default: the symmetric scale).
 function heatmap(canvas, M, opts) {
   const { g, w, h } = setup(canvas);
   const rows = M.length, cols = M[0].length, lim = maxAbs(M);
@@ -91,12 +101,16 @@ function heatmap(canvas, M, opts) {
   g.lineWidth = 1;
   g.fillStyle = MUTED;
   g.textAlign = "center";
-  g.fillText(`${opts.xlabel} 0 .. ${cols - 1}`, box.l + pw / 2, h - 16);
-  g.fillText(`colour: \u2212${fmt(lim, 3)} (blue) .. ${fmt(lim, 3)} (red)`, box.l + pw / 2, h - 3);
+  const room = w - 4;  // centred under the map, but the canvas is the limit
+  const cx = Math.min(Math.max(box.l + pw / 2, room / 2 + 2), w - room / 2 - 2);
+  g.fillText(fitText(g, [`${opts.xlabel} 0 .. ${cols - 1}`, `0 .. ${cols - 1}`], room), cx, h - 16);
+  const a = fmt(lim, 3);
+  g.fillText(fitText(g, opts.legend || [`colour: \u2212${a} (blue) .. ${a} (red)`,
+                                        `\u2212${a} blue .. ${a} red`], room), cx, h - 3);
   g.save();
   g.translate(12, box.t + ph / 2);
   g.rotate(-Math.PI / 2);
-  g.fillText(`${opts.ylabel} 0 .. ${rows - 1}`, 0, 0);
+  g.fillText(fitText(g, [`${opts.ylabel} 0 .. ${rows - 1}`, `0 .. ${rows - 1}`], ph), 0, 0);
   g.restore();
 }
 
@@ -121,7 +135,8 @@ function linePlot(canvas, series, opts) {
   g.fillText(fmt(hi, 2), box.l - 4, box.t + 9);
   g.fillText(fmt(lo, 2), box.l - 4, box.t + ph);
   g.textAlign = "center";
-  g.fillText(`${opts.xlabel} (0 .. ${+(xmax.toFixed(6))})`, box.l + pw / 2, h - 6);
+  g.fillText(fitText(g, [`${opts.xlabel} (0 .. ${+(xmax.toFixed(6))})`, opts.xlabel], pw),
+             box.l + pw / 2, h - 6);
   for (const s of series) {
     g.strokeStyle = s.color;
     g.lineWidth = 2;
@@ -201,14 +216,37 @@ function tableMatrix(name, head) {  // (rows, cols) values of a table or of one 
   return t.kind === "bias" ? t.values[head] : t.values;
 }
 
-const SOURCES = {
+const SOURCES = {  // line breaks at the calls: the code wraps at the same places everywhere
   "sinusoidal-interleaved": "arrpos.sinusoidal(L, dim)",
-  "sinusoidal-split": "arrpos.sinusoidal(L, dim, layout=\"split\")",
-  "rope-cos": "arrpos.rope_cos_sin(arange(L), arrpos.rope_frequencies(dim)[0])[0]",
-  "learned-random": "arrpos.learned_init(L, dim, seed=seed)",
-  "alibi": "arrpos.alibi_bias(arrpos.alibi_slopes(heads), L, L)",
-  "t5": "arrpos.relative_bias(table, arrpos.t5_bucket(arrpos.relative_positions(L, L)))",
+  "sinusoidal-split": "arrpos.sinusoidal(L, dim,\n  layout=\"split\")",
+  "rope-cos": "arrpos.rope_cos_sin(\n  arange(L),\n  arrpos.rope_frequencies(dim)[0])[0]",
+  "learned-random": "arrpos.learned_init(L, dim,\n  seed=seed)",
+  "alibi": "arrpos.alibi_bias(\n  arrpos.alibi_slopes(heads),\n  L, L)",
+  "t5": "arrpos.relative_bias(\n  table,\n  arrpos.t5_bucket(\n    arrpos.relative_positions(\n      L, L)))",
 };
+
+function embeddingDetail(name, t, head, i, j) {  // [label, value] of the readout's second row
+  if (name === "alibi") return ["ALiBi slope of the head", fmt(t.slopes[head], 4)];
+  if (name === "t5") return ["T5 bucket of (query, key)", `bucket ${t.bucket[i][j]}`];
+  return ["Bucket or slope (biases)", "\u2013"];
+}
+
+// The readout keeps one height for every encoding (the tallest), so that nothing below it moves
+// when the encoding changes; measured again when the width changes.
+function reserveEmbeddingReadout() {
+  const box = $("embedding-readout");
+  box.style.minHeight = "";
+  let tallest = 0;
+  for (const [name, t] of Object.entries(D.tables)) {
+    const [label, detail] = embeddingDetail(name, t, 0, 0, 0);
+    $("embedding-value").textContent = "\u22120.0000";
+    $("embedding-detail-label").textContent = label;
+    $("embedding-detail").textContent = detail.replace(/\d+$/, "000");
+    $("embedding-source").textContent = SOURCES[name] || name;
+    tallest = Math.max(tallest, box.getBoundingClientRect().height);
+  }
+  box.style.minHeight = `${Math.ceil(tallest)}px`;
+}
 
 function updateEmbedding() {
   const name = $("embedding-encoding").value, t = D.tables[name], bias = t.kind === "bias";
@@ -223,10 +261,10 @@ function updateEmbedding() {
   setOut("embedding-dimension", String(j));
   setOut("embedding-head", bias ? String(head) : "\u2013");
   $("embedding-value").textContent = fmt(M[i][j]);
-  let src = SOURCES[name] || name;
-  if (name === "alibi") src += `, slope ${fmt(t.slopes[head], 4)}`;
-  if (name === "t5") src += `, bucket ${t.bucket[i][j]}`;
-  $("embedding-source").textContent = src;
+  const [label, detail] = embeddingDetail(name, t, head, i, j);
+  $("embedding-detail-label").textContent = label;
+  $("embedding-detail").textContent = detail;
+  $("embedding-source").textContent = SOURCES[name] || name;
   heatmap($("embedding-heatmap"), M, { marks: [[i, j]], xlabel: bias ? "key" : "feature",
                                        ylabel: bias ? "query" : "position" });
   linePlot($("embedding-row"), [{ ys: M[i], color: C0 }],
@@ -253,6 +291,11 @@ function updateRotation() {
   $("rotation-r2").textContent = fmt(r[1], 3);
   plane($("rotation-plot"), [{ x: comps[i1], y: comps[i2], color: C0 },
                              { x: r[0], y: r[1], color: C1 }], 1, 1.6);
+  const turned = D.rotation.rotated.map((byAngle) => byAngle[i1][i2]);
+  linePlot($("rotation-curve"), [{ ys: turned.map((v) => v[0]), color: C1 },
+                                 { ys: turned.map((v) => v[1]), color: C1, dash: true }],
+    { xstep: 5, xlabel: "angle \u03b8 in degrees", ymin: -1.5, ymax: 1.5,
+      marker: { x: D.rotation.angles[ia], ys: [[r[0], C1], [r[1], C1]] } });
 }
 
 function updateRope() {
@@ -279,11 +322,16 @@ function updateRope() {
     { xlabel: "distance r", marker: { x: r, ys: [[R.decay[r], INK]] } });
 }
 
+let tableMetric = "dot";  // the similarity chosen for tables, kept while a bias is shown
+
 function updateProperties() {
   const name = $("properties-encoding").value, t = D.tables[name], bias = t.kind === "bias";
+  const sel = $("properties-metric");
+  if (sel.value !== "bias") tableMetric = sel.value;
+  sel.value = bias ? "bias" : tableMetric;  // a bias is its own proximity: no similarity
+  sel.disabled = bias;
   $("properties-head").disabled = !bias;
-  $("properties-metric").disabled = bias;
-  const head = bias ? val("properties-head") : 0, metric = $("properties-metric").value;
+  const head = bias ? val("properties-head") : 0, metric = tableMetric;
   const phi = bias ? t.values[head] : t.similarity[metric];
   const props = bias ? t.properties[head] : t.properties[metric];
   setRange("properties-x", phi.length - 1);
@@ -300,6 +348,8 @@ function updateProperties() {
   $("properties-phi-next").textContent = inside ? fmt(phi[x + 1][y + 1]) : "\u2013";
   heatmap($("properties-similarity"), phi, { marks: [[x, y], [y, x]], xlabel: "y",
                                              ylabel: "x" });
+  linePlot($("properties-row"), [{ ys: phi[x], color: C0 }],
+    { xlabel: `y, the row of x = ${x}`, marker: { x: y, ys: [[phi[x][y], INK]] } });
 }
 
 function updateBits() {
@@ -310,7 +360,8 @@ function updateBits() {
     const row = B.values[p];
     $(`bits-pair-${j}`).textContent = `${fmt(row[2 * j])}, ${fmt(row[2 * j + 1])}`;
   }
-  heatmap($("bits-binary"), B.bits, { rows: [p], xlabel: "bit", ylabel: "position" });
+  heatmap($("bits-binary"), B.bits, { rows: [p], xlabel: "bit", ylabel: "position",
+                                      legend: ["colour: 0 white, 1 red", "0 white, 1 red"] });
   heatmap($("bits-sinusoidal"), B.values, { rows: [p], xlabel: "feature",
                                             ylabel: "position" });
 }
@@ -335,12 +386,17 @@ function init() {
   bind(["bits-position"], updateBits);
   const all = () => { updateSine(); updateEmbedding(); updateRotation(); updateRope();
                       updateProperties(); updateBits(); };
-  let pending = 0;
+  let pending = 0, width = 0;
+  const layout = () => {
+    const w = document.documentElement.clientWidth;
+    if (w !== width) { width = w; reserveEmbeddingReadout(); }
+    all();
+  };
   window.addEventListener("resize", () => {
     cancelAnimationFrame(pending);
-    pending = requestAnimationFrame(all);
+    pending = requestAnimationFrame(layout);
   });
-  all();
+  layout();
   document.body.dataset.ready = "1";
 }
 
