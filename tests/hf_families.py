@@ -157,9 +157,19 @@ def _positions(rows, seed, n_axes=0):
     return pos, pos
 
 
-def _hf_tables(emb, pos, layer_type, width):
+def given_positions(positions, rows=1):
+    """(transformers' position ids, arrpos's positions) for the 1-D ``positions``; with several
+    rows (multimodal), row k holds ``positions // (k + 1)`` so the axes differ."""
+    p = np.asarray(positions, dtype=np.int64)
+    if rows > 1:
+        pos = np.stack([p // (k + 1) for k in range(rows)])[:, None, :]
+        return pos, np.moveaxis(pos, 0, -1)
+    return p[None], p[None]
+
+
+def _hf_tables(emb, pos, layer_type, width, n=N_POS):
     torch, _, _ = _transformers()
-    x = torch.zeros(1, N_POS, width, dtype=torch.float32)
+    x = torch.zeros(1, n, width, dtype=torch.float32)
     ids = torch.as_tensor(pos)
     kwargs = {}
     if layer_type is not None and "layer_type" in inspect.signature(emb.forward).parameters:
@@ -251,8 +261,8 @@ def _as_layout(rope, c, width, permuted):
     return c
 
 
-def _compare(name, rope, cos, sin, q_hf, q, pos_ar, permuted):
-    """None if arrpos reproduces transformers, else what differs."""
+def _compare(name, rope, cos, sin, q_hf, q, pos_ar, permuted, atol=ATOL):
+    """None if arrpos reproduces transformers, else what differs (tables within ``atol``)."""
     cos = cos.double().numpy()
     sin = sin.double().numpy()
     if cos.ndim == 4 and pos_ar.ndim == 3:  # (axes, batch, seq, D): mrope's per-axis tables
@@ -267,11 +277,11 @@ def _compare(name, rope, cos, sin, q_hf, q, pos_ar, permuted):
         if c.shape != cos.shape:
             return f"{name}: cos/sin shape {c.shape}, transformers {cos.shape}"
         err = max(np.abs(c - cos).max(), np.abs(s - sin).max())
-        if err > ATOL and rope.layout == "interleaved":  # tables held half-wise, applied paired
+        if err > atol and rope.layout == "interleaved":  # tables held half-wise, applied paired
             c, s = (_as_layout(rope, t, cos.shape[-1], True) for t in
                     rope.cos_sin(pos_ar.astype(np.int64), dtype=np.float64))
             err = max(np.abs(c - cos).max(), np.abs(s - sin).max())
-        if err > ATOL:
+        if err > atol:
             return f"{name}: cos/sin differ by {err:.2e}"
     got = rope.apply(q.numpy().astype(np.float64), pos_ar, heads_axis=-3)
     want = q_hf.double().numpy()
@@ -282,7 +292,7 @@ def _compare(name, rope, cos, sin, q_hf, q, pos_ar, permuted):
     if got.shape != want.shape:
         return f"{name}: rotated q shape {got.shape}, transformers {want.shape}"
     err = np.abs(got - want).max()
-    if err > 2 * ATOL:
+    if err > 2 * atol:
         return f"{name}: rotated q differs by {err:.2e}"
     return None
 
@@ -298,12 +308,23 @@ def _cases(model_type, checkpoint=False):
             sub.rope_parameters = {**sub.rope_parameters, **rope_values}
             for key, value in attributes.items():
                 setattr(sub, key, value)
+    return rotary_cases(config, model_type)
+
+
+def rotary_cases(config, model_type, every_config=False):
+    """``(label, config, sub-config, rotary module, layer_type)`` for the rotary of ``config``
+    (a built transformers config of ``model_type``): that of the first sub-config that has one
+    (the text model first); with ``every_config``, also those of the other sub-configs (vision,
+    audio towers) whose rotary class is annotated with their config class."""
     module = _modeling(model_type)
     classes = [c for c in _rotary_classes(module) if _takes_config(c)]
     out = []
     for path, sub in _configs(config):
+        found = False
         # the class annotated with this config's class first (a file may hold several)
         for cls in sorted(classes, key=lambda c: _config_annotation(c) != type(sub).__name__):
+            if out and _config_annotation(cls) != type(sub).__name__:
+                continue  # past the first rotary: only classes made for this sub-config
             for lt in _layer_types(sub):
                 try:
                     with _quiet():
@@ -311,8 +332,11 @@ def _cases(model_type, checkpoint=False):
                 except Exception:  # noqa: BLE001 - this class is not for this sub-config
                     continue
                 out.append((".".join(path) or "config", config, sub, emb, lt))
-            if out:
+                found = True
+            if found and not every_config:
                 return out
+            if found:
+                break
     return out
 
 
@@ -399,13 +423,18 @@ def _check_grid(name, rope, module, emb, sub, i):
     return f"{name}: rotated q differs by {err:.2e}" if err > 2 * ATOL else None
 
 
-def _check_case(i, label, config, sub, emb, lt, model_type):
-    """None when arrpos reproduces this rotary; else ``(status, detail)``."""
+def _check_case(i, label, config, sub, emb, lt, model_type, user_config=None, positions=None,
+                atol=ATOL):
+    """None when arrpos reproduces this rotary; else ``(status, detail)``. ``user_config``: what
+    is given to ``from_hf_config`` (default: as ``_user_config``); ``positions``: 1-D token
+    positions to check at (default: ``_positions``'s); ``atol``: the tolerance on the tables."""
     torch, _, _ = _transformers()
     name = label if lt is None else f"{label}[{lt}]"
+    if user_config is None:
+        user_config = _user_config(label, config, sub)
     try:
         with _quiet():
-            rope = arrpos.RoPE.from_hf_config(_user_config(label, config, sub), layer_type=lt)
+            rope = arrpos.RoPE.from_hf_config(user_config, layer_type=lt)
     except REFUSALS as e:
         if not str(e).startswith(f"{sub.model_type}: "):
             return "mismatch", f"{name}: refusal not naming the model type: {e}"
@@ -421,16 +450,21 @@ def _check_case(i, label, config, sub, emb, lt, model_type):
         return ("mismatch", problem) if (problem := _check_grid(name, rope, module, emb, sub,
                                                                  i)) else None
     n_axes = max(rope.axes) + 1 if _is_axial(sub) and rope.axes else 0
-    pos, pos_ar = _positions(_mrope_axes(type(emb), sub), i, n_axes)
+    rows = _mrope_axes(type(emb), sub)
+    if positions is not None and not n_axes:
+        pos, pos_ar = given_positions(positions, rows)
+    else:
+        pos, pos_ar = _positions(rows, i, n_axes)
+    n = pos_ar.shape[-2] if n_axes or pos_ar.ndim == 3 else pos_ar.shape[-1]  # tokens
     try:
         with _quiet():
             try:
-                cos, sin, cis = _hf_tables(emb, pos, lt, rope.head_dim)
+                cos, sin, cis = _hf_tables(emb, pos, lt, rope.head_dim, n)
             except KeyError:  # this module does not serve that layer type
                 return None
             width = max(rope.head_dim, cos.shape[-1])
             gen = torch.Generator().manual_seed(i)
-            q = torch.rand(1, 2, N_POS, width, generator=gen, dtype=torch.float32) * 2 - 1
+            q = torch.rand(1, 2, n, width, generator=gen, dtype=torch.float32) * 2 - 1
             if cis is not None:
                 fn = module.apply_rotary_emb
                 q_hf = _hf_apply_complex(fn, q, cis)
@@ -442,7 +476,8 @@ def _check_case(i, label, config, sub, emb, lt, model_type):
     except Exception as e:  # noqa: BLE001 - arrpos answered what could not be checked
         return "mismatch", (f"{name}: accepted, but transformers' own rotary fails here: "
                             f"{type(e).__name__}: {e}")[:200]
-    problem = _compare(name, rope, cos, sin, q_hf, q, pos_ar, fn.__name__.endswith("_interleave"))
+    problem = _compare(name, rope, cos, sin, q_hf, q, pos_ar, fn.__name__.endswith("_interleave"),
+                       atol)
     return ("mismatch", problem) if problem else None
 
 
