@@ -106,3 +106,50 @@ __all__ = sorted(
         "transformer_xl_scores",
     ]
 )
+
+
+def _unbuilt_source_tree() -> "tuple[str, str | None] | None":
+    """``(this package's directory, a directory with built kernels or None)`` when arrpos is
+    imported from a source checkout (``setup.py`` and ``csrc/`` beside it) whose compiled CPU
+    kernels are not built: Python puts the current directory first on ``sys.path``, so after
+    ``pip install .`` a command run from the checkout imports the sources, not the install."""
+    import os
+    import sys
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    if not (os.path.isfile(os.path.join(root, "setup.py"))
+            and os.path.isdir(os.path.join(root, "csrc"))):
+        return None
+
+    def built(pkg: str) -> bool:
+        return any(os.path.isfile(os.path.join(pkg, "_backends", "_cpu" + suffix))
+                   for suffix in EXTENSION_SUFFIXES)
+
+    if built(here):
+        return None
+    for entry in sys.path:  # an installed copy that the source tree shadows
+        other = os.path.join(os.path.abspath(entry or os.curdir), "arrpos")
+        if os.path.normcase(other) != os.path.normcase(here) and built(other):
+            return here, other
+    return here, None
+
+
+def _warn_unbuilt_source_tree() -> None:
+    import os
+
+    found = _unbuilt_source_tree()
+    if found is None or found[1] is None or os.environ.get("ARRPOS_NO_EXTENSIONS"):
+        return  # only the trap: a built install elsewhere, shadowed by the sources
+    import warnings
+
+    warnings.warn_explicit(  # once per process: at the first import
+        f"arrpos is imported from its source tree ({found[0]}), where the compiled kernels are "
+        f"not built, not from the installed copy that has them ({found[1]}): NumPy and torch "
+        "CPU calls run the generic code, 10-80x slower. Run from another directory, or build "
+        "the checkout in place with: pip install -e .", RuntimeWarning, "arrpos", 0,
+        module="arrpos")
+
+
+_warn_unbuilt_source_tree()

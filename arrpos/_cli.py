@@ -74,10 +74,15 @@ def _version(module: str, dists: tuple[str, ...] | None) -> str | None:
 def _extension() -> dict[str, Any]:
     from . import _dispatch
 
+    import arrpos
+
     info: dict[str, Any] = {"disabled": _dispatch.extensions_disabled()}
     ok, why = _dispatch.compiled_available(ignore_switch=True)
     if not ok:
         info.update(built=False, reason=why)
+        tree = arrpos._unbuilt_source_tree()
+        if tree is not None:  # the sources of a checkout, imported instead of an install
+            info.update(source_tree=tree[0], installed_with_kernels=tree[1])
     else:
         info.update(built=True, **_dispatch.compiled_threads())
     return info
@@ -133,6 +138,17 @@ def collect_info() -> dict[str, Any]:
     }
 
 
+def _threads_text(ext: dict[str, Any]) -> str:
+    """How the built kernels run: their own thread pool (not OpenMP) or one thread."""
+    # the key of "built with threads" in _dispatch.compiled_threads(); "openmp" is its old name
+    pooled = next((bool(ext[k]) for k in ("thread_pool", "threaded", "have_threads", "openmp")
+                   if k in ext), True)
+    if not pooled:
+        return "built single-threaded (ARRPOS_NO_THREADS at build time): 1 thread"
+    return (f"built, {ext['threads']} thread(s) in the kernels' own pool (ARRPOS_NUM_THREADS, "
+            "else OMP_NUM_THREADS, sets how many)")
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     info = collect_info()
     if args.json:
@@ -140,10 +156,16 @@ def _cmd_info(args: argparse.Namespace) -> int:
         return 0
     ext = info["extension"]
     if ext["built"]:
-        omp = "thread pool on" if ext["openmp"] else "built single-threaded"
-        ext_line = f"built, {omp}, {ext['threads']} thread(s)"
+        ext_line = _threads_text(ext)
     else:
         ext_line = f"not built ({ext['reason']}); the generic Array API code runs everywhere"
+        if ext.get("installed_with_kernels"):
+            ext_line += (f". This is the source tree {ext['source_tree']}, imported instead of "
+                         f"the installed copy with kernels ({ext['installed_with_kernels']}): "
+                         "run from another directory, or build here with pip install -e .")
+        elif "source_tree" in ext:
+            ext_line += (f". This is the source tree {ext['source_tree']}, not built: "
+                         "pip install -e . builds the kernels (a C++17 compiler is needed)")
     env = info["ARRPOS_NO_EXTENSIONS"]
     if ext["disabled"]:
         env_line = f"{env!r}: compiled kernels disabled, the generic code runs everywhere"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -19,6 +20,7 @@ import arrpos
 from arrpos import _cli, _dispatch
 
 HAS_MPL = __import__("importlib").util.find_spec("matplotlib") is not None
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args, cwd=None, env=None):
@@ -138,6 +140,34 @@ def test_info_imports_no_array_library():
                          timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "heavy: []"
+
+
+def test_source_tree_without_kernels_says_so(tmp_path):
+    """After 'pip install .', a command run from the checkout imports the sources (the current
+    directory comes first on sys.path), where the kernels are not built: a warning at import
+    and 'arrpos info' say so, instead of a silent 10-80x slowdown."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "arrpos", checkout / "arrpos", ignore=shutil.ignore_patterns(
+        "__pycache__", *("_cpu" + suffix for suffix in EXTENSION_SUFFIXES)))
+    (checkout / "setup.py").write_text("")
+    (checkout / "csrc").mkdir()
+    installed = tmp_path / "site" / "arrpos" / "_backends"  # an install with its kernels
+    installed.mkdir(parents=True)
+    (installed / ("_cpu" + EXTENSION_SUFFIXES[0])).write_bytes(b"")
+    env = {"PYTHONPATH": str(tmp_path / "site"), "ARRPOS_NO_EXTENSIONS": ""}
+    res = run_cli("info", cwd=checkout, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("RuntimeWarning: arrpos is imported from its source tree") == 1
+    assert "pip install -e ." in res.stderr and str(tmp_path / "site") in res.stderr
+    line = next(x for x in res.stdout.splitlines() if x.startswith("compiled CPU kernels:"))
+    assert "not built" in line and f"source tree {checkout / 'arrpos'}" in line, line
+    assert "run from another directory" in line
+    # the sources with no built install to shadow: no warning (info says how to build)
+    res = subprocess.run([sys.executable, "-c", "import arrpos"], cwd=tmp_path, env=dict(
+        os.environ, PYTHONPATH=str(checkout)), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "source tree" not in res.stderr, res.stderr
 
 
 # -------------------------------------------------------------------------------------- table
