@@ -2,6 +2,7 @@
 and each is summarised by its median, so drift on a shared machine hits all of them alike."""
 from __future__ import annotations
 
+import re
 import statistics
 import time
 
@@ -55,3 +56,85 @@ def format_table(rows, headers) -> str:
                                for i, (c, w) in enumerate(zip(r, widths)))
     sep = "  ".join("-" * w for w in widths)
     return "\n".join([line(headers), sep] + [line(r) for r in cols[1:]])
+
+
+# The runner's table: each row on two lines, so that it fits WIDTH columns: the kernel, its size
+# and its time, then, indented, the two comparisons ("vs memory baseline | vs user code"),
+# wrapped at spaces under the same indent when they are longer than the line.
+WIDTH = 120
+RESULT_HEADERS = ("kernel", "size", "ms", "vs memory baseline", "vs user code")
+_INDENT, _MORE = "    ", "      "
+
+
+def _detail(memory: str, user: str) -> str:
+    if memory and user:
+        return f"{memory} | {user}"
+    return f"| {user}" if user else memory
+
+
+def format_results(rows, width: int = WIDTH) -> str:
+    """The result rows ``(kernel, size, ms, vs memory, vs user code)`` as text, two lines (or
+    more, wrapped) a row, no line longer than ``width`` unless one name alone is."""
+    import textwrap
+
+    rows = [[str(c) for c in r] for r in rows]
+    w_kernel = max([len(r[0]) for r in rows] + [len(RESULT_HEADERS[0])])
+    w_size = max([len(r[1]) for r in rows] + [len(RESULT_HEADERS[1])])
+    w_ms = max([len(r[2]) for r in rows] + [len(RESULT_HEADERS[2])])
+
+    def first(kernel, size, ms):
+        return f"{kernel.ljust(w_kernel)}  {size.ljust(w_size)}  {ms.rjust(w_ms)}"
+
+    def second(text):
+        return textwrap.wrap(text, width, initial_indent=_INDENT, subsequent_indent=_MORE,
+                             break_long_words=False, break_on_hyphens=False) or [""]
+
+    lines = [first(*RESULT_HEADERS[:3])] + second(_detail(*RESULT_HEADERS[3:]))
+    lines.append("-" * min(width, len(first("", "", ""))))
+    for kernel, size, ms, memory, user in rows:
+        lines.append(first(kernel, size, ms))
+        lines += [line for line in second(_detail(memory, user)) if line]
+    return "\n".join(lines)
+
+
+def parse_results(text: str):
+    """The rows of a table that ``format_results`` printed (the inverse, for tests and docs)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("---")) + 1
+    rows, detail = [], []
+
+    def close():
+        if rows:
+            text = " ".join(detail)
+            if text.startswith("| "):
+                memory, user = "", text[2:]
+            elif " | " in text:
+                memory, user = text.split(" | ", 1)
+            else:
+                memory, user = text, ""
+            rows[-1] += [memory, user]
+
+    for line in lines[start:]:
+        if not line.strip():
+            continue
+        if line.startswith(" "):
+            detail.append(line.strip())
+            continue
+        close()
+        detail = []
+        cells = re.split(r"\s{2,}", line.strip())
+        rows.append(cells if len(cells) == 3 else [cells[0], "", cells[-1]])
+    close()
+    return [tuple(r) for r in rows]
+
+
+def results_csv(rows) -> str:
+    """The result rows as CSV with a header line (``--csv``: for scripts and spreadsheets)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(RESULT_HEADERS)
+    writer.writerows([[str(c) for c in r] for r in rows])
+    return buf.getvalue()

@@ -1,7 +1,9 @@
-"""The benchmark runner: ``python -m benchmarks [--quick]`` or ``python benchmarks/run.py``.
+"""The benchmark runner: ``python -m benchmarks [--quick] [--csv]`` or ``python benchmarks/run.py``.
 
-Prints one table. Times are medians of interleaved rounds; every claim is the ratio in the
-same row, measured against a baseline timed in the same run.
+Prints one table, each row on two lines to fit 120 columns (the kernel, its size and time; then
+its ratios against a memory baseline and against user code), or with ``--csv`` the same rows
+as CSV (the machine and the notes then go to stderr). Times are medians of interleaved rounds;
+every claim is the ratio in the same row, measured against a baseline timed in the same run.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ if __package__ in (None, ""):  # run as a script: make the package importable
 
 from . import (bench_dask, bench_gpu, bench_peers, bench_rope, bench_sinusoid,  # noqa: E402
                bench_threads)
-from ._timing import format_table  # noqa: E402
+from ._timing import format_results, results_csv  # noqa: E402
 
 SUITES = [bench_sinusoid, bench_rope, bench_peers, bench_threads, bench_gpu, bench_dask]
 
@@ -44,6 +46,8 @@ def _cpu_name() -> str:
 def main(argv=None, progress=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
+    parser.add_argument("--csv", action="store_true",
+                        help="the rows as CSV on stdout; the machine and notes on stderr")
     args = parser.parse_args(argv)
     rows, notes = [], []
     for i, suite in enumerate(SUITES):
@@ -53,8 +57,14 @@ def main(argv=None, progress=None) -> int:
         rows += [(a, b, f"{ms:.3f}", c, d) for a, b, ms, c, d in got]
         if note:
             notes.append(note)
+    if args.csv:
+        print(f"# machine: {machine()}", file=sys.stderr)
+        for note in notes:
+            print(f"# note: {note}", file=sys.stderr)
+        sys.stdout.write(results_csv(rows))
+        return 0
     print(f"machine: {machine()}")
-    print(format_table(rows, ["kernel", "size", "ms", "vs memory baseline", "vs user code"]))
+    print(format_results(rows))
     for note in notes:
         print(f"note: {note}")
     return 0

@@ -365,6 +365,48 @@ def test_bench_runs_the_suite_with_progress(monkeypatch, capsys):
     assert "[1/2] bench_a" in err and "[2/2] bench_b" in err
 
 
+def test_bench_csv_is_passed_on(monkeypatch, capsys):
+    root = _cli._benchmarks_root()
+    if root is None:
+        pytest.skip("no benchmarks/ here (installed package, not a checkout)")
+    calls = []
+    fake = types.ModuleType("benchmarks.run")
+    fake.__file__ = str(root / "benchmarks" / "run.py")
+    fake.main = lambda argv=None, progress=None: calls.append(list(argv)) or 0
+    monkeypatch.setitem(sys.modules, "benchmarks.run", fake)
+    assert _cli.main(["bench", "--quick", "--csv"]) == 0
+    assert calls == [["--quick", "--csv"]]
+
+
+def test_bench_table_fits_120_columns_and_reads_back():
+    """Two lines a row within 120 columns (the old one-line rows were 290 wide); --csv rows."""
+    import csv
+    import io
+
+    root = _cli._benchmarks_root()
+    if root is None:
+        pytest.skip("no benchmarks/ here (installed package, not a checkout)")
+    sys.path.insert(0, str(root))
+    try:
+        from benchmarks._timing import format_results, parse_results, results_csv
+    finally:
+        sys.path.remove(str(root))
+    long_user = ("peer/arrpos: ORT bound 27.52 us (1 thr) 1.37, ORT run() 34.48 us (1 thr) 1.68 "
+                 "(vs allocating), numba 0.79, numpy 6.59")
+    rows = [("decode apply_rope_cached (32 sequences, own positions)", "(32, 1, 32, 128)",
+             "0.020", "20.12 us into out=, 20.57 us allocating", long_user),
+            ("apply_rope half, in place", "(4, 2048, 32, 128) f64", "13.286", "1.36 x (x *= 1.0)",
+             ""),
+            ("apply_rope, Dask threaded", "(4, 2048, 32, 128) f32, chunks (1, 512, 32, 128)",
+             "12.727", "", "tasks alone 1.98 x; Dask with no work 0.59 x")]
+    text = format_results(rows)
+    assert max(map(len, text.splitlines())) <= 120, text
+    assert parse_results(text) == rows
+    got = list(csv.reader(io.StringIO(results_csv(rows))))
+    assert got[0] == ["kernel", "size", "ms", "vs memory baseline", "vs user code"]
+    assert [tuple(r) for r in got[1:]] == rows
+
+
 def test_bench_outside_a_checkout_is_one_line(monkeypatch, tmp_path, capsys):
     fake_pkg = tmp_path / "site" / "arrpos"
     fake_pkg.mkdir(parents=True)
