@@ -361,7 +361,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     print(f"arrpos bench: running {root / 'benchmarks'}" + (" (quick)" if args.quick else ""),
           file=sys.stderr, flush=True)
-    status = int(run.main(["--quick"] if args.quick else [], progress=progress) or 0)
+    argv = (["--quick"] if args.quick else []) + (["--csv"] if args.csv else [])
+    status = int(run.main(argv, progress=progress) or 0)
     print(f"arrpos bench: done in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return status
 
@@ -570,8 +571,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="run the benchmark suite (a table of ratios)",
                        description="Run benchmarks/ of an arrpos checkout: every figure is a "
                                    "ratio to a baseline timed in the same run. Progress goes "
-                                   "to stderr, the table to stdout.")
+                                   "to stderr, the table to stdout (two lines a row, within "
+                                   "120 columns; --csv for a machine-readable table).")
     p.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
+    p.add_argument("--csv", action="store_true",
+                   help="print the rows as CSV (for scripts); the machine and notes go to stderr")
     p.set_defaults(func=_cmd_bench)
     _explore_parser(sub)
     return parser
