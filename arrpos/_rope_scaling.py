@@ -30,7 +30,23 @@ __all__ = [
 
 
 def _default_inv_freq(dim: int, base: float) -> np.ndarray:
-    return np.array(power_frequencies(dim // 2, dim, float(base))[0], dtype=np.float64)
+    base = float(base)
+    if not (math.isfinite(base) and base > 0.0):
+        raise ValueError(f"the rotary base after scaling must be finite and > 0, got {base}")
+    return np.array(power_frequencies(dim // 2, dim, base)[0], dtype=np.float64)
+
+
+def _ntk_base(base: float, stretch: float, dim: int, name: str) -> float:
+    """``base * stretch ** (dim / (dim - 2))``, the NTK-aware base; ``name`` is the parameter
+    that made ``stretch`` when the result is not a finite float."""
+    try:
+        new_base = base * stretch ** (dim / (dim - 2))
+    except OverflowError:
+        new_base = math.inf
+    if not math.isfinite(new_base):
+        raise ValueError(f"{name} or base too large: the NTK-scaled base {base} * {stretch} ** "
+                         f"({dim} / {dim - 2}) is not a finite float")
+    return new_base
 
 
 def _factor(value, name: str) -> float:
@@ -162,10 +178,8 @@ class DynamicNTKScaling(RopeScaling):
             raise ValueError(f"dim must be >= 4 for DynamicNTKScaling (exponent dim/(dim-2)), "
                              f"got {dim}")
         length = self.max_positions if seq_len is None else max(seq_len, self.max_positions)
-        new_base = base * ((self.factor * length / self.max_positions) - (self.factor - 1)) ** (
-            dim / (dim - 2)
-        )
-        return _default_inv_freq(dim, new_base), 1.0
+        stretch = (self.factor * length / self.max_positions) - (self.factor - 1)
+        return _default_inv_freq(dim, _ntk_base(base, stretch, dim, "factor")), 1.0
 
 
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -270,7 +284,9 @@ class LongRopeScaling(RopeScaling):
     ``seq_len > original_max_positions`` (strictly; ``seq_len`` is the largest position + 1),
     else ``short_factor``. ``factor`` defaults to ``max_positions / original_max_positions``
     (1 when ``max_positions`` is not given either); the attention factor defaults to
-    ``sqrt(1 + ln(factor) / ln(original_max_positions))`` (1 when ``factor <= 1``).
+    ``sqrt(1 + ln(factor) / ln(original_max_positions))`` (1 when ``factor <= 1``). Phi-3.5-MoE
+    gives the attention factor of each regime instead: ``long_mscale`` past
+    ``original_max_positions``, else ``short_mscale`` (transformers ``PhimoeRotaryEmbedding``).
     """
 
     short_factor: tuple
@@ -279,6 +295,8 @@ class LongRopeScaling(RopeScaling):
     factor: float | None = None
     max_positions: int | None = None
     attention_factor: float | None = None
+    short_mscale: float | None = None
+    long_mscale: float | None = None
     rope_type = "longrope"
     seq_dependent = True
 
@@ -289,10 +307,12 @@ class LongRopeScaling(RopeScaling):
         return cls(_need(rp, "short_factor", name), _need(rp, "long_factor", name),
                    _original_max_positions(rp, config, name), factor=rp.get("factor"),
                    max_positions=config.get("max_position_embeddings"),
-                   attention_factor=rp.get("attention_factor"))
+                   attention_factor=rp.get("attention_factor"),
+                   short_mscale=rp.get("short_mscale"), long_mscale=rp.get("long_mscale"))
 
     def __init__(self, short_factor, long_factor, original_max_positions, *, factor=None,
-                 max_positions=None, attention_factor=None):
+                 max_positions=None, attention_factor=None, short_mscale=None,
+                 long_mscale=None):
         short = _factor_list(short_factor, "short_factor")
         long = _factor_list(long_factor, "long_factor")
         if len(short) != len(long):
@@ -308,8 +328,14 @@ class LongRopeScaling(RopeScaling):
                                                                         "max_positions"))
         self._set("attention_factor",
                   _optional_real(attention_factor, "attention_factor", positive=True))
+        if (short_mscale is None) != (long_mscale is None):
+            raise ValueError("short_mscale and long_mscale must be given together")
+        self._set("short_mscale", _optional_real(short_mscale, "short_mscale", positive=True))
+        self._set("long_mscale", _optional_real(long_mscale, "long_mscale", positive=True))
 
-    def _attention_factor(self) -> float:
+    def _attention_factor(self, use_long: bool) -> float:
+        if self.short_mscale is not None:
+            return self.long_mscale if use_long else self.short_mscale
         if self.attention_factor is not None:
             return self.attention_factor
         factor = self.factor
@@ -328,7 +354,7 @@ class LongRopeScaling(RopeScaling):
             )
         use_long = seq_len is not None and seq_len > self.original_max_positions
         ext = np.array(self.long_factor if use_long else self.short_factor, dtype=np.float64)
-        return _default_inv_freq(dim, base) / ext, self._attention_factor()
+        return _default_inv_freq(dim, base) / ext, self._attention_factor(use_long)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,6 +365,8 @@ class Llama3Scaling(RopeScaling):
     divided by ``factor``, ``wl < original_max_positions / high_freq_factor`` is kept, and the
     band between (boundaries included) is blended with
     ``s = (original_max_positions / wl - low_freq_factor) / (high_freq_factor - low_freq_factor)``.
+    ``low_freq_factor == high_freq_factor`` (Llama 4) leaves no band: every frequency is kept
+    or divided.
     """
 
     factor: float = 8.0
@@ -358,8 +386,8 @@ class Llama3Scaling(RopeScaling):
         self._set("factor", _factor(self.factor, "factor"))
         low = check_real_scalar(self.low_freq_factor, "low_freq_factor", positive=True)
         high = check_real_scalar(self.high_freq_factor, "high_freq_factor", positive=True)
-        if low >= high:
-            raise ValueError(f"low_freq_factor must be < high_freq_factor, got "
+        if low > high:
+            raise ValueError(f"low_freq_factor must be <= high_freq_factor, got "
                              f"low_freq_factor={low}, high_freq_factor={high}")
         self._set("low_freq_factor", low)
         self._set("high_freq_factor", high)
@@ -372,9 +400,16 @@ class Llama3Scaling(RopeScaling):
         low_wl, high_wl = orig / self.low_freq_factor, orig / self.high_freq_factor
         wl = 2 * math.pi / inv
         scaled = np.where(wl > low_wl, inv / self.factor, inv)
-        smooth = (orig / wl - self.low_freq_factor) / (self.high_freq_factor - self.low_freq_factor)
-        smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
         medium = ~(wl < high_wl) & ~(wl > low_wl)
+        band = self.high_freq_factor - self.low_freq_factor
+        if band == 0.0:  # Llama 4: no band; a wavelength exactly on the edge has no value
+            if medium.any():
+                raise ValueError(f"low_freq_factor == high_freq_factor and a wavelength equals "
+                                 f"original_max_positions / low_freq_factor = {low_wl}: the "
+                                 "blend is 0 / 0 there")
+            return scaled, 1.0
+        smooth = (orig / wl - self.low_freq_factor) / band
+        smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
         return np.where(medium, smoothed, scaled), 1.0
 
 
@@ -445,7 +480,7 @@ class NTKScaling(RopeScaling):
     def _inv_freq(self, dim, base, seq_len):
         if dim < 4:
             raise ValueError(f"dim must be >= 4 for NTKScaling (exponent dim/(dim-2)), got {dim}")
-        return _default_inv_freq(dim, base * self.factor ** (dim / (dim - 2))), 1.0
+        return _default_inv_freq(dim, _ntk_base(base, self.factor, dim, "factor")), 1.0
 
 
 

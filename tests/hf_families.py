@@ -76,9 +76,15 @@ def model_types():
 
 @functools.lru_cache(maxsize=None)
 def _modeling(model_type):
-    _, _, ca = _transformers()
+    _, transformers, ca = _transformers()
     mod = ca.model_type_to_module_name(model_type)
-    return importlib.import_module(f"transformers.models.{mod}.modeling_{mod}")
+    try:
+        return importlib.import_module(f"transformers.models.{mod}.modeling_{mod}")
+    except ModuleNotFoundError:  # a config run by another type's modeling file (sarvam_mla)
+        from transformers.models.auto import modeling_auto
+
+        cls = getattr(transformers, modeling_auto.MODEL_MAPPING_NAMES[model_type])
+        return importlib.import_module(cls.__module__)
 
 
 def _configs(config):
@@ -436,7 +442,10 @@ def _check_case(i, label, config, sub, emb, lt, model_type, user_config=None, po
         with _quiet():
             rope = arrpos.RoPE.from_hf_config(user_config, layer_type=lt)
     except REFUSALS as e:
-        if not str(e).startswith(f"{sub.model_type}: "):
+        # the model type as the user's config gives it (a sub-config dict may have none)
+        named = (sub.model_type if isinstance(user_config, dict) is False
+                 or user_config.get("model_type") else "config without model_type")
+        if not str(e).startswith(f"{named}: "):
             return "mismatch", f"{name}: refusal not naming the model type: {e}"
         failure = _hf_failure(emb, sub, lt, i)
         if failure:

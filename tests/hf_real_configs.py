@@ -189,7 +189,19 @@ def _axial_as_1d(user, sub, lt):
 def check(name):
     """Problems with one corpus file (empty: reproduced, or refused with the model type named)
     and a one-line summary of what was checked."""
-    file_dict, config = raw(name), hf_config(name)
+    return check_dict(name, raw(name), hf_config(name))
+
+
+def config_from_dict(file_dict):
+    """The config transformers builds from a ``config.json`` dict (as ``from_pretrained``)."""
+    _, transformers, _ = fam._transformers()
+    with fam._quiet():
+        cls = transformers.AutoConfig.for_model(file_dict["model_type"]).__class__
+        return cls.from_dict(json.loads(json.dumps(file_dict)))
+
+
+def check_dict(name, file_dict, config):
+    """``check`` of a file dict and the config transformers built from it."""
     model_type = config.model_type
     if model_type in SPECIAL:
         problem = SPECIAL[model_type](name, file_dict, config)

@@ -150,7 +150,7 @@ def test_scaling_objects_are_values():
         (lambda: arrpos.LongRopeScaling([1.0, -2.0], [1.0, 1.0], 4096), "short_factor[1]"),
         (lambda: arrpos.LongRopeScaling([], [], 4096), "short_factor"),
         (lambda: arrpos.LongRopeScaling([1.0], [1.0], 4096, factor=0.5), "factor"),
-        (lambda: arrpos.Llama3Scaling(low_freq_factor=4.0, high_freq_factor=4.0),
+        (lambda: arrpos.Llama3Scaling(low_freq_factor=4.5, high_freq_factor=4.0),
          "low_freq_factor"),
         (lambda: arrpos.Llama3Scaling(factor=0.1), "factor"),
         (lambda: arrpos.ProportionalScaling(1.5), "partial_rotary_factor"),
@@ -644,7 +644,7 @@ def test_apply_errors(backend):
 
 
 HF_LLAMA = {
-    "hidden_size": 512, "num_attention_heads": 4, "rope_theta": 500000.0,
+    "model_type": "llama", "hidden_size": 512, "num_attention_heads": 4, "rope_theta": 500000.0,
     "max_position_embeddings": 131072,
 }
 
@@ -670,7 +670,8 @@ def test_from_hf_config_variants():
         "type": "longrope", "short_factor": [1.0] * 64, "long_factor": [2.0] * 64})
     s = arrpos.RoPE.from_hf_config(phi3).scaling
     assert s.original_max_positions == 4096 and s.max_positions == 131072
-    qwen2vl = dict(HF_LLAMA, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]})
+    qwen2vl = dict(HF_LLAMA, model_type="qwen2_vl",
+                   rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]})
     assert arrpos.RoPE.from_hf_config(qwen2vl).axes == arrpos.mrope_axes([16, 24, 24])
     gemma = dict(HF_LLAMA, head_dim=256, rope_parameters={
         "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,

@@ -72,7 +72,7 @@ def test_mrope_defaults_by_model_type():
 
 @pytest.mark.parametrize("cfg, error, words", [
     ({"model_type": "some_vision", "hidden_size": 64, "num_attention_heads": 2,
-      "rope_parameters": {"rope_type": "axial"}}, NotImplementedError, "axial"),
+      "rope_parameters": {"rope_type": "axial"}}, ValueError, "transformers 5.24.*axial"),
     ({"model_type": "glm4_moe", "hidden_size": 84, "num_attention_heads": 2,
       "partial_rotary_factor": 0.5}, ValueError, "even"),
     ({"model_type": "mystery", "rope_theta": 1e4}, ValueError, "head_dim"),
