@@ -140,9 +140,8 @@ def collect_info() -> dict[str, Any]:
 
 def _threads_text(ext: dict[str, Any]) -> str:
     """How the built kernels run: their own thread pool (not OpenMP) or one thread."""
-    # the key of "built with threads" in _dispatch.compiled_threads(); "openmp" is its old name
-    pooled = next((bool(ext[k]) for k in ("thread_pool", "threaded", "have_threads", "openmp")
-                   if k in ext), True)
+    # "built with the pool" in _dispatch.compiled_threads(): "thread_pool", once "openmp"
+    pooled = bool(ext.get("thread_pool", ext.get("openmp", True)))
     if not pooled:
         return "built single-threaded (ARRPOS_NO_THREADS at build time): 1 thread"
     return (f"built, {ext['threads']} thread(s) in the kernels' own pool (ARRPOS_NUM_THREADS, "
