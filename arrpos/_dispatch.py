@@ -26,7 +26,7 @@ from ._backends import Unsupported, _xp
 from ._lib import backend_name
 
 __all__ = ["ADAPTERS", "Unsupported", "adapter", "adapter_status", "call",
-           "call_checked", "candidates", "route", "run",
+           "call_checked", "candidates", "clear_caches", "route", "run",
            "choose", "compiled_available", "compiled_threads", "extensions_disabled"]
 
 # namespace kind (``_lib.backend_name``) -> adapter modules of ``arrpos._backends``, tried in order
@@ -150,6 +150,15 @@ def run(served, op: str, xp, check, /, *args, arrays=(), **kwargs):
 
 def _nothing():
     pass
+
+
+def clear_caches() -> None:
+    """Empty what the loaded adapters keep between calls (each adapter's ``cache_clear()``,
+    where it has one: tables of frequencies, compiled-kernel state stays)."""
+    for mod in list(_LOADED.values()):
+        clear = getattr(mod, "cache_clear", None)
+        if callable(clear):
+            clear()
 
 
 def choose(op: str, xp, /, arrays=(), **kwargs):

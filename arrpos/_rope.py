@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
+import weakref
 from decimal import Decimal, localcontext
 
 import numpy as np
 
 from . import _dispatch
 from ._lib import (
+    MAX_DIM,
     array_key,
     array_namespace,
     as_positions,
@@ -31,12 +34,14 @@ from ._lib import (
     check_real_scalar,
     detached,
     device_of,
+    dtype_kind,
     memory_overlap,
     has_float64,
     is_lazy,
     remember,
     output_dtype,
 )
+from ._lib._memo import clear_memos, new_memo
 from ._rope_scaling import (
     DynamicNTKScaling,
     LinearScaling,
@@ -61,6 +66,7 @@ __all__ = [
     "apply_rope",
     "apply_rope_cached",
     "apply_rope_qk",
+    "clear_caches",
     "mrope_axes",
     "period_frequencies",
     "pixel_frequencies",
@@ -424,7 +430,7 @@ def _table_args(positions, inv_freq, layout, attention_factor, axes, dtype):
     dtype = check_dtype_arg(xp, dtype, device=device_of(pos))
     if dtype is None:
         ref = inv_freq
-        if xp.isdtype(pos.dtype, "real floating"):
+        if dtype_kind(xp, pos.dtype) == "real floating":  # (NumPy's isdtype: no ml_dtypes)
             ref = xp.empty((), dtype=xp.result_type(pos.dtype, inv_freq.dtype),
                            device=device_of(pos))
         dtype = output_dtype(xp, ref, None, device=device_of(pos))
@@ -459,8 +465,8 @@ def mrope_axes(sections, /, *, interleaved=False):
     TypeError
         ``sections`` not a sequence of ints, ``interleaved`` not a bool.
     ValueError
-        An empty ``sections`` or a negative entry; ``interleaved`` with other than three
-        sections.
+        An empty ``sections``, a negative entry, a sum of more than ``2**16`` frequencies (no
+        rotary width is wider than ``2**17``); ``interleaved`` with other than three sections.
 
     Notes
     -----
@@ -476,10 +482,18 @@ def mrope_axes(sections, /, *, interleaved=False):
     """
     if isinstance(sections, (str, bytes)) or not hasattr(sections, "__len__"):
         raise TypeError(f"sections must be a sequence of ints, got {type(sections).__name__}")
-    sections = [check_positive_int(s, f"sections[{i}]", minimum=0)
+    # one entry per frequency is made: sections no rotary width (<= MAX_DIM) has are refused
+    # before any is made, not after allocating memory for them
+    if len(sections) > MAX_DIM // 2:
+        raise ValueError(f"sections must have at most {MAX_DIM // 2} entries (rotary widths "
+                         f"are <= {MAX_DIM}), got {len(sections)}")
+    sections = [check_positive_int(s, f"sections[{i}]", minimum=0, maximum=MAX_DIM // 2)
                 for i, s in enumerate(sections)]
     if not sections or sum(sections) == 0:
         raise ValueError(f"sections must be non-empty with a positive sum, got {sections}")
+    if sum(sections) > MAX_DIM // 2:
+        raise ValueError(f"sections must sum to at most {MAX_DIM // 2} frequencies (rotary widths "
+                         f"are <= {MAX_DIM}), got a sum of {sum(sections)}")
     interleaved = check_bool(interleaved, "interleaved")
     total = sum(sections)
     if not interleaved:
@@ -505,10 +519,10 @@ def _broadcastable_into(small, big):
 
 
 # signature -> plan memos (``_lib.remember``), one per public entry point
-_APPLY_PLANS: dict = {}
-_QK_PLANS: dict = {}
-_CACHED_PLANS: dict = {}
-_DECODE_PLANS: dict = {}
+_APPLY_PLANS = new_memo()
+_QK_PLANS = new_memo()
+_CACHED_PLANS = new_memo()
+_DECODE_PLANS = new_memo()
 
 
 def _check_apply_args(xp, x, cos, sin, layout, inverse, out, *, x_name="x", out_name="out"):
@@ -985,27 +999,45 @@ def xpos_scale(positions, dim, /, *, scale_base=512.0, layout="half", dtype=None
 
 # ---- RoPE.apply's half-width cos/sin caches (decode from positions: one fused call) ------
 #
-# _TABLES maps (RoPE, namespace id, device, dtype, frequency key) to (rows, cos_cache,
-# sin_cache): rows 0 .. rows-1 of the exact tables of ``RoPE.cos_sin`` (the very code of the
-# table path), cut to their first R/2 columns. ``rows`` is a power of two >= _MIN_ROWS that grows
-# by doubling to cover the largest position seen; a cache is never written after it is made
-# (growth makes a new one and swaps the tuple), so threads racing on a miss each build a
-# correct table and the last one stays. Memory: one entry is at most _MAX_CACHE_BYTES (larger
-# positions take the table path), at most _MAX_ENTRIES entries (oldest dropped first).
-# _FAST finds an entry by the RoPE's id without hashing the RoPE (its entry keeps it alive,
-# so the id cannot be reused while it is there).
+# A cache (_Tables) holds rows 0 .. rows-1 of the exact tables of ``RoPE.cos_sin`` (the very
+# code of the table path), cut to their first R/2 columns, for one namespace, device, dtype and
+# (seq-dependent scalings) frequency set. ``rows`` is a power of two >= _MIN_ROWS that grows by
+# doubling to cover the largest position seen; a cache is never written after it is made
+# (growth makes a new one).
+# Ownership: each RoPE holds its caches in its own ``_tables`` dict (the decode step's one
+# lookup), so a dropped RoPE frees them. _SHARED finds, by the RoPE's fields, a cache an equal
+# RoPE built (layers that each make their own RoPE share one) through weak references, and
+# bounds memory: at most _MAX_ENTRIES caches live, each at most _MAX_CACHE_BYTES (farther
+# positions take the table path); the oldest is taken from every RoPE holding it.
+# Threads (free-threaded Python included): a hit is one dict.get and takes no lock; a build
+# runs unlocked (threads racing on a miss may each build one: the first stored is used); every
+# write to _SHARED, _SEEN, a cache's holders or a RoPE's _tables happens under _LOCK, and only
+# code holding _LOCK iterates them. No weakref callbacks (they run inside any allocation, even
+# one made under the lock): dead references are pruned under the lock.
 _MIN_ROWS = 1024
 _MAX_CACHE_BYTES = 64 << 20
 _MAX_ENTRIES = 16
-_TABLES: dict = {}
-_FAST: dict = {}
+_LOCK = threading.Lock()
+_SHARED: dict = {}  # (RoPE fields, sub key) -> weakref to its _Tables, oldest first
 _SEEN: set = set()  # seq-dependent frequency keys met once (a cache is built on the second)
 
 
+class _Tables:
+    """One half-width cache: ``rows``, ``cos`` and ``sin`` (never written once made), ``sub``
+    (its key in the holders' ``_tables``: namespace id, device, dtype, frequency key) and
+    ``holders`` (weak references to the RoPEs holding it)."""
+
+    __slots__ = ("rows", "cos", "sin", "sub", "holders", "__weakref__")
+
+    def __init__(self, rows, cos, sin, sub):
+        self.rows, self.cos, self.sin, self.sub, self.holders = rows, cos, sin, sub, []
+
+
 @functools.lru_cache(maxsize=256)
-def _frequency_key(rope, seq_len):
-    """What a seq-dependent scaling's tables depend on: its frequencies at ``seq_len``."""
-    inv, att = _host_frequencies(rope.rotary_dim, rope.base, rope.scaling, seq_len)
+def _frequency_key(rotary_dim, base, scaling, seq_len):
+    """What a seq-dependent scaling's tables depend on: its frequencies at ``seq_len`` (keyed by
+    the RoPE's fields, not the RoPE, so that the memo keeps no dropped RoPE alive)."""
+    inv, att = _host_frequencies(rotary_dim, base, scaling, seq_len)
     return inv.tobytes(), float(att)
 
 
@@ -1021,58 +1053,107 @@ def _id_range_of(xp, pos):
             return v, v
 
         return one
+    if pos.dtype != xp.int64 and pos.dtype != xp.int32 and not isinstance(pos, np.ndarray):
+        wide = xp.int64  # torch reduces few unsigned dtypes (past int64: negative, table path)
+        return lambda p: (int(xp.min(xp.astype(p, wide))), int(xp.max(xp.astype(p, wide))))
     if callable(getattr(pos, "min", None)) and callable(getattr(pos, "max", None)):
         return lambda p: (int(p.min()), int(p.max()))
     return lambda p: (int(xp.min(p)), int(xp.max(p)))
 
 
-def _fast_key(rope, xp, dev, dtype, fkey):
-    return id(rope), id(xp), dev, dtype, fkey
-
-
 def _cached_entry(rope, xp, dev, dtype, fkey=None):
-    """The ``(rows, cos_cache, sin_cache)`` entry ``rope`` has now for these, or None."""
-    hit = _FAST.get(_fast_key(rope, xp, dev, dtype, fkey))
-    return hit[1] if hit is not None and hit[0] is rope else None
+    """The cache (``_Tables``) ``rope`` holds now for these, or None."""
+    return rope._tables.get((id(xp), dev, dtype, fkey))
 
 
 def _cache_for(rope, xp, dev, dtype, hi, seq_len):
     """``(cos_cache, sin_cache)`` of ``rope`` covering ids ``0 .. hi``, or None (table path)."""
     fkey = None
     if rope.scaling is not None and rope.scaling.seq_dependent:
-        fkey = _frequency_key(rope, hi + 1 if seq_len is None else seq_len)
-    hit = _cached_entry(rope, xp, dev, dtype, fkey)
-    if hit is not None and hi < hit[0]:
-        return hit[1], hit[2]
-    key = (rope, id(xp), dev, dtype, fkey)
-    entry = _TABLES.get(key)
-    if entry is None or hi >= entry[0]:
-        if fkey is not None and key not in _SEEN:  # dynamic NTK: new frequencies every step
+        fkey = _frequency_key(rope.rotary_dim, rope.base, rope.scaling,
+                              hi + 1 if seq_len is None else seq_len)
+    sub = (id(xp), dev, dtype, fkey)
+    hit = rope._tables.get(sub)
+    if hit is None or hi >= hit.rows:
+        hit = _cache_miss(rope, xp, dev, dtype, hi, seq_len, sub)
+        if hit is None:
+            return None
+    return hit.cos, hit.sin
+
+
+def _cache_miss(rope, xp, dev, dtype, hi, seq_len, sub):
+    """An equal RoPE's cache covering ``hi``, else a new one (stored), else None."""
+    key = (rope._fields(), sub)
+    with _LOCK:
+        hit = _shared_hit(rope, key, hi)
+        if hit is not None:
+            return hit
+        if sub[3] is not None and key not in _SEEN:  # dynamic NTK: new frequencies every step
             if len(_SEEN) >= 4096:
                 _SEEN.clear()
             _SEEN.add(key)
             return None
-        entry = _build_cache(rope, xp, dev, dtype, hi, seq_len, fkey)
-        if entry is None:
-            return None
-        while len(_TABLES) >= _MAX_ENTRIES:
-            _TABLES.pop(next(iter(_TABLES), None), None)
-            _FAST.clear()
-        _TABLES[key] = entry
-    if len(_FAST) >= 4 * _MAX_ENTRIES:
-        _FAST.clear()
-    _FAST[_fast_key(rope, xp, dev, dtype, fkey)] = (rope, entry)
-    return entry[1], entry[2]
+    made = _build_cache(rope, xp, dev, dtype, hi, seq_len, sub)
+    if made is None:
+        return None
+    with _LOCK:
+        hit = _shared_hit(rope, key, hi)  # another thread stored one meanwhile: use it
+        if hit is not None:
+            return hit
+        old = _SHARED.pop(key, None)
+        old = None if old is None else old()
+        for k in [k for k, ref in _SHARED.items() if ref() is None]:  # died with their RoPEs
+            del _SHARED[k]
+        while len(_SHARED) >= _MAX_ENTRIES:
+            _evict(_SHARED.pop(next(iter(_SHARED)))())
+        _SHARED[key] = weakref.ref(made)
+        _hold(rope, made)
+        if old is not None:  # grown: the equal RoPEs holding the smaller cache take this one
+            for ref in old.holders:
+                other = ref()
+                if other is not None and other._tables.get(sub) is old:
+                    _hold(other, made)
+    return made
 
 
-def _build_cache(rope, xp, dev, dtype, hi, seq_len, fkey):
-    """A new (rows, cos_cache, sin_cache) from the table path, or None when too large."""
+def _shared_hit(rope, key, hi):
+    """Under _LOCK: the live cache stored under ``key`` if it covers ``hi`` (``rope`` then
+    holds it too), else None."""
+    ref = _SHARED.get(key)
+    hit = None if ref is None else ref()
+    if hit is None or hi >= hit.rows:
+        return None
+    if rope._tables.get(hit.sub) is not hit:
+        _hold(rope, hit)
+    return hit
+
+
+def _hold(rope, tables):
+    """Under _LOCK: ``rope`` holds ``tables`` (and the dead holders are forgotten)."""
+    tables.holders = [r for r in tables.holders if r() is not None and r() is not rope]
+    tables.holders.append(weakref.ref(rope))
+    rope._tables[tables.sub] = tables
+
+
+def _evict(tables):
+    """Under _LOCK: every RoPE holding ``tables`` lets it go (its memory is then freed)."""
+    if tables is None:
+        return
+    for ref in tables.holders:
+        rope = ref()
+        if rope is not None and rope._tables.get(tables.sub) is tables:
+            del rope._tables[tables.sub]
+    tables.holders = []
+
+
+def _build_cache(rope, xp, dev, dtype, hi, seq_len, sub):
+    """A new ``_Tables`` from the table path, or None when too large."""
     rows = max(_MIN_ROWS, 1 << hi.bit_length())  # a power of two > hi
     half = rope.rotary_dim // 2
-    if 2 * rows * half * (xp.finfo(dtype).bits // 8) > _MAX_CACHE_BYTES:
+    if 2 * rows * half * _itemsize(xp, dtype) > _MAX_CACHE_BYTES:
         return None
-    if fkey is not None and seq_len is None:
-        seq_len = hi + 1  # the seq_len whose frequencies fkey holds
+    if sub[3] is not None and seq_len is None:
+        seq_len = hi + 1  # the seq_len whose frequencies the frequency key holds
     # Rows in an order where no block of 64 follows the one before it: a table kernel may
     # step from one block of consecutive rows to the next, and each row must be the one a
     # lone position gets (the decode step's table path), bit for bit.
@@ -1081,38 +1162,115 @@ def _build_cache(rope, xp, dev, dtype, hi, seq_len, fkey):
     cos, sin = rope.cos_sin(xp.asarray(order, device=dev), dtype=dtype, seq_len=seq_len)
     cut = slice(0, half) if rope.layout == "half" else slice(0, 2 * half, 2)
     back = xp.asarray(np.argsort(order), device=dev)
-    return (rows, xp.take(cos[:, cut], back, axis=0), xp.take(sin[:, cut], back, axis=0))
+    return _Tables(rows, xp.take(cos[:, cut], back, axis=0), xp.take(sin[:, cut], back, axis=0),
+                   sub)
 
 
-def _decode_plan(x, positions, heads_axis, out):
+def _itemsize(xp, dtype):
+    """Bytes per element of a floating ``dtype`` (ml_dtypes' bfloat16 included, which the
+    namespace's ``finfo`` does not know)."""
+    try:
+        return xp.finfo(dtype).bits // 8
+    except (AttributeError, TypeError, ValueError):
+        return np.dtype(dtype).itemsize
+
+
+def clear_caches():
+    """Free every cache arrpos keeps between calls.
+
+    The decode caches of every :class:`RoPE` (:meth:`RoPE.clear_cache` frees one RoPE's), the
+    per-signature plans of :func:`apply_rope`, :func:`apply_rope_qk`,
+    :func:`apply_rope_cached` and :meth:`RoPE.apply`, and the host-side frequency memos. All
+    are rebuilt on next use; results do not change. Safe to call from any thread at any time.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> rope = arrpos.RoPE(8)
+    >>> y = rope.apply(np.ones((1, 2, 8)), np.arange(2), heads_axis=None)  # caches made
+    >>> arrpos.clear_caches()
+    """
+    with _LOCK:
+        for ref in list(_SHARED.values()):
+            _evict(ref())
+        _SHARED.clear()
+        _SEEN.clear()
+    clear_memos()
+    for memo in (_frequency_key, _xpos_rates):
+        memo.cache_clear()
+    _dispatch.clear_caches()
+
+
+def _heads_axis(heads_axis, x):
+    """:meth:`RoPE.apply`'s ``heads_axis`` counted from the end of ``x`` (None stays None), the
+    one rule both paths use: an int naming an axis of ``x`` other than the last."""
+    if heads_axis is None:
+        return None
+    value = check_int(heads_axis, "heads_axis")
+    ax = value - x.ndim if value >= 0 else value
+    if not -x.ndim <= ax <= -2:
+        allowed = (f"an int in [{-x.ndim}, {x.ndim - 2}]" if x.ndim >= 2 else
+                   "None: it has no axis but the features")
+        raise ValueError(f"heads_axis must name an axis of x other than the last ({allowed} "
+                         f"for x of shape {tuple(x.shape)}), got {heads_axis}")
+    return ax
+
+
+def _check_fit(rope, x, positions, heads_axis, ax):
+    """:meth:`RoPE.apply`'s shape checks, in the caller's terms (``x``, ``positions``,
+    ``heads_axis``): the rotary width fits ``x``, and ``positions`` (its coordinate axis aside)
+    broadcast to ``x``'s shape without the heads and feature axes. Returns how many leading
+    length-1 axes ``positions`` needs for the heads axis to be inserted into it (positions with
+    fewer axes than ``x`` has after its heads axis, e.g. a 0-d one)."""
+    if x.ndim < 1 or x.shape[-1] < rope.rotary_dim:
+        raise ValueError(f"x must have shape (..., head_dim) with head_dim >= the rotary width "
+                         f"{rope.rotary_dim} of {rope!r}, got x of shape {tuple(x.shape)}")
+    shape = tuple(positions.shape)
+    if rope.axes is not None:
+        shape, what = shape[:-1], " (its trailing coordinate axis aside)"
+    else:
+        what = ""
+    want = tuple(x.shape[:-1])
+    after = 0 if ax is None else -ax - 2  # axes of x between its heads and feature axes
+    if ax is not None:
+        want = want[:x.ndim + ax] + want[x.ndim + ax + 1:]
+    pad = max(after - len(shape), 0)
+    shape = (1,) * pad + shape
+    ids = shape if ax is None else shape[:len(shape) - after] + (1,) + shape[len(shape) - after:]
+    if not _broadcastable_into(ids, tuple(x.shape[:-1])):
+        raise ValueError(
+            f"positions of shape {tuple(positions.shape)}{what} do not fit x of shape "
+            f"{tuple(x.shape)} with heads_axis={heads_axis}: they must broadcast to x's shape "
+            f"without its heads and feature axes, {want}")
+    return pad
+
+
+def _decode_plan(rope, x, positions, heads_axis, out):
     """Whether RoPE.apply may take the cache path for this signature: ``[xp, index that
-    inserts the heads axis into the ids, device, id range function, route]`` (the route is
-    found on first use), else False (the table path decides)."""
+    inserts the heads axis into the ids, device, id range function, route, id dtype]`` (the
+    route is found on first use; the id dtype: None, or the namespace's index dtype for other
+    integer types, which a kernel or ``min`` may not take), else False (the table path decides,
+    and raises). Reads of ``rope`` only its rotary width (part of the memo's key)."""
     try:
         xp = array_namespace(x, positions, out, name="x, positions and out")
         check_array(xp, x, "x", kind="floating")
         check_array(xp, positions, "positions", kind="real")
         _check_out(xp, x, out)
+        ax = _heads_axis(heads_axis, x)
+        if dtype_kind(xp, positions.dtype) != "integral":
+            return False
+        if _check_fit(rope, x, positions, heads_axis, ax):  # leading axes to add: tables
+            return False
     except (TypeError, ValueError):
         return False
-    if (is_lazy(x) or is_lazy(positions) or not xp.isdtype(positions.dtype, "integral")
-            or not math.prod(positions.shape) or device_of(positions) != device_of(x)):
+    if (is_lazy(x) or is_lazy(positions) or not math.prod(positions.shape)
+            or device_of(positions) != device_of(x)):
         return False
-    index = None
-    if heads_axis is not None:  # the heads axis of x, counted from the end of the ids
-        if isinstance(heads_axis, bool) or not isinstance(heads_axis, int):
-            return False
-        ax = int(heads_axis) - x.ndim if heads_axis >= 0 else int(heads_axis)
-        after = -ax - 2
-        if not -x.ndim <= ax <= -2 or positions.ndim < after:
-            return False
-        index = (...,) + (None,) + (slice(None),) * after
-    ids_shape = tuple(positions.shape) if index is None else (
-        tuple(positions.shape[:positions.ndim - after]) + (1,)
-        + tuple(positions.shape[positions.ndim - after:]))
-    if not _broadcastable_into(ids_shape, tuple(x.shape[:-1])):
-        return False
-    return [xp, index, device_of(x), _id_range_of(xp, positions), None]  # route: on first use
+    index = None if ax is None else (...,) + (None,) + (slice(None),) * (-ax - 2)
+    cast = None
+    if positions.dtype not in (xp.int32, xp.int64):  # e.g. torch's uint16..64: no min/max
+        cast = xp.__array_namespace_info__().default_dtypes(device=device_of(x))["indexing"]
+    return [xp, index, device_of(x), _id_range_of(xp, positions), None, cast]
 
 
 class RoPE:
@@ -1138,6 +1296,12 @@ class RoPE:
         Rotate by ``-theta`` instead (``cos_sin`` gives ``-sin``): checkpoints trained with a
         ``rotate_half`` of flipped signs (NanoChat). ``apply(..., inverse=True)`` undoes it.
 
+    Notes
+    -----
+    Immutable and hashable (equal RoPEs share their decode caches); pickles and copies
+    (``pickle``, ``copy``, ``deepcopy``: multiprocessing, dask.distributed) without its
+    caches, which the copy rebuilds on use. Safe to share between threads.
+
     Attributes
     ----------
     rotary_dim : int
@@ -1160,8 +1324,10 @@ class RoPE:
     Llama3Scaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8192)
     """
 
+    # _tables: this RoPE's decode caches (never pickled, copied or compared); __weakref__: the
+    # caches' holders lists refer to it weakly
     __slots__ = ("head_dim", "base", "scaling", "partial_rotary_factor", "layout", "axes",
-                 "rotary_dim", "inverse")
+                 "rotary_dim", "inverse", "_tables", "__weakref__")
 
     def __init__(self, head_dim, /, *, base=10000.0, scaling=None, partial_rotary_factor=1.0,
                  layout="half", axes=None, inverse=False):
@@ -1174,10 +1340,10 @@ class RoPE:
         if prf > 1.0:
             raise ValueError(f"partial_rotary_factor must be in (0, 1], got {prf}")
         rotary_dim = int(head_dim * prf)
-        if rotary_dim < 2 or rotary_dim % 2:
+        if rotary_dim < 2 or rotary_dim % 2 or rotary_dim > MAX_DIM:
             raise ValueError(
                 f"int(head_dim * partial_rotary_factor) = int({head_dim} * {prf}) = {rotary_dim} "
-                "must be even and >= 2"
+                f"must be even, >= 2 and <= {MAX_DIM}"
             )
         layout = check_choice(layout, "layout", _LAYOUTS)
         if axes is not None:
@@ -1187,6 +1353,7 @@ class RoPE:
                             ("partial_rotary_factor", prf), ("layout", layout), ("axes", axes),
                             ("rotary_dim", rotary_dim), ("inverse", inverse)):
             object.__setattr__(self, name, value)
+        object.__setattr__(self, "_tables", {})
 
     def __setattr__(self, name, value):
         raise AttributeError(f"RoPE is immutable; make a new one (cannot set {name})")
@@ -1198,13 +1365,34 @@ class RoPE:
                 f"partial_rotary_factor={self.partial_rotary_factor}, layout={self.layout!r}"
                 f"{extra})")
 
+    def _fields(self):
+        """What this RoPE is (every field but its caches): equality, hash, pickling."""
+        return tuple(getattr(self, k) for k in _FIELDS)
+
     def __eq__(self, other):
         if not isinstance(other, RoPE):
             return NotImplemented
-        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+        return self._fields() == other._fields()
 
     def __hash__(self):
-        return hash(tuple(getattr(self, k) for k in self.__slots__))
+        return hash(self._fields())
+
+    # pickle, copy.copy and copy.deepcopy (dask.distributed, multiprocessing, deepcopy of a
+    # model): the fields travel, the device caches do not; the copy rebuilds them on use
+    def __getstate__(self):
+        return dict(zip(_FIELDS, self._fields()))
+
+    def __setstate__(self, state):
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_tables", {})
+
+    def clear_cache(self):
+        """Free this RoPE's decode caches (the half-width cos/sin tables :meth:`apply` keeps
+        per namespace, device and dtype); they are rebuilt on next use. A dropped RoPE frees
+        them by itself; :func:`arrpos.clear_caches` frees every RoPE's."""
+        with _LOCK:
+            self._tables.clear()
 
     def frequencies(self, seq_len=None, xp=None, *, dtype=None, device=None):
         """``(inv_freq, attention_factor)`` of :func:`rope_frequencies` for this layer."""
@@ -1223,7 +1411,8 @@ class RoPE:
         dev = device_of(pos)
         dtype = check_dtype_arg(xp, dtype, device=dev)
         if dtype is None:
-            dtype = output_dtype(xp, pos, None, device=dev)
+            real = dtype_kind(xp, pos.dtype) == "real floating"  # bfloat16 of ml_dtypes too
+            dtype = pos.dtype if real else output_dtype(xp, None, None, device=dev)
         if self.scaling is not None and self.scaling.seq_dependent and seq_len is None:
             seq_len = self._seq_len_from(xp, pos)
         cos, sin = self._cos_sin(xp, pos, dev, dtype, seq_len)
@@ -1251,7 +1440,15 @@ class RoPE:
                 "seq_len is needed for a sequence-dependent scaling (dynamic NTK, LongRoPE) with "
                 "lazy positions (Dask, or JAX under jit): pass seq_len=max position + 1"
             )
-        return max(int(xp.max(detached(pos))) + 1, 1) if pos.size else 1
+        if not math.prod(pos.shape):  # (torch's .size is a method)
+            return 1
+        pos = detached(pos)
+        if dtype_kind(xp, pos.dtype) == "integral" and pos.dtype not in (xp.int32, xp.int64):
+            # torch has no max for uint16/32/64: read it in the index dtype (values past it
+            # are refused by the positions' range check all the same)
+            index = xp.__array_namespace_info__().default_dtypes(device=device_of(pos))
+            pos = xp.astype(pos, index["indexing"])
+        return max(int(xp.max(pos)) + 1, 1)
 
     def apply(self, x, positions, *, heads_axis, inverse=False, out=None, seq_len=None):
         """Rotate ``x`` at ``positions``.
@@ -1275,6 +1472,22 @@ class RoPE:
         seq_len : int, optional
             As :meth:`cos_sin`.
 
+        Returns
+        -------
+        array
+            The rotated ``x`` (``out`` when given), of ``x``'s dtype, namespace and device.
+
+        Raises
+        ------
+        TypeError
+            ``x`` not a floating array (16-bit included), ``positions`` not an int or a real
+            array of ``x``'s library, ``heads_axis`` not an int or None.
+        ValueError
+            ``heads_axis`` naming no axis of ``x`` but the last; ``x`` narrower than the rotary
+            width; ``positions`` that do not broadcast to ``x``'s shape without its heads and
+            feature axes; positions past the accuracy range; ``out`` as in
+            :func:`apply_rope`. Messages name ``x``, ``positions``, ``heads_axis`` and shapes.
+
         Notes
         -----
         Integer positions (eager arrays) are served from half-width cos/sin caches kept per
@@ -1282,24 +1495,27 @@ class RoPE:
         scalings), made by :meth:`cos_sin` itself so each row is what the table path gives a
         lone position; a step is then one :func:`apply_rope_cached` call. A cache holds a
         power of two >= 1024 rows covering the largest position seen, doubling as positions
-        grow, at most 64 MiB (farther positions take the table path); at most 16 caches are
-        kept. Real, negative, lazy positions and multimodal ``axes`` take the table path.
+        grow, at most 64 MiB (farther positions take the table path); at most 16 caches live
+        in the process (the oldest is dropped). The caches belong to the RoPE, shared with
+        equal RoPEs, and are freed with the last of them, by :meth:`clear_cache` or by
+        :func:`arrpos.clear_caches`; threads may share a RoPE. Real, negative, lazy positions
+        and multimodal ``axes`` take the table path.
         """
         y = self._decode(x, positions, heads_axis, inverse, out, seq_len)
         if y is not None:  # integer positions: one gather-and-rotate from the cached tables
             return y
         xp = array_namespace(x, name="x")
         check_array(xp, x, "x", kind="floating")
-        if heads_axis is not None:
-            heads_axis = check_int(heads_axis, "heads_axis", minimum=-x.ndim, maximum=x.ndim - 2)
-            ax = heads_axis - x.ndim if heads_axis >= 0 else heads_axis
-            if ax > -2:
-                raise ValueError(f"heads_axis must name an axis of x other than the last "
-                                 f"(x.ndim = {x.ndim}), got {heads_axis}")
+        ax = _heads_axis(heads_axis, x)
         if not hasattr(positions, "shape"):
             positions = as_positions(xp, positions, "positions", device=device_of(x))
+        else:  # tables made from positions of another library could not rotate x
+            array_namespace(x, positions, name="x and positions")
+        pad = _check_fit(self, x, positions, heads_axis, ax)  # named in the caller's terms
+        if pad:
+            positions = xp.reshape(positions, (1,) * pad + tuple(positions.shape))
         cos, sin = self.cos_sin(positions, dtype=x.dtype, seq_len=seq_len)
-        if heads_axis is not None:
+        if ax is not None:
             # a length-1 heads axis at the same place counted from the end
             cos = xp.expand_dims(cos, axis=cos.ndim + ax + 1)
             sin = xp.expand_dims(sin, axis=sin.ndim + ax + 1)
@@ -1317,14 +1533,17 @@ class RoPE:
         try:
             plan = _DECODE_PLANS.get(key := (array_key(x), array_key(positions), heads_axis,
                                              type(heads_axis), array_key(out), self.layout,
-                                             inverse))
+                                             inverse, self.rotary_dim))
         except (AttributeError, TypeError):  # not arrays, or unhashable: the table path says
             return None
         if plan is None:
-            plan = remember(_DECODE_PLANS, key, _decode_plan(x, positions, heads_axis, out))
+            plan = remember(_DECODE_PLANS, key, _decode_plan(self, x, positions, heads_axis,
+                                                             out))
         if not plan:
             return None
-        xp, index, dev, id_range, served = plan
+        xp, index, dev, id_range, served, cast = plan
+        if cast is not None:
+            positions = xp.astype(positions, cast)
         ids = positions if index is None else positions[index]
         check_out_memory(out)
         if served is not None and served[1] and (self.scaling is None
@@ -1332,10 +1551,9 @@ class RoPE:
             # a kernel that checks the ids: try the cache as it is before reading the ids here
             hit = _cached_entry(self, xp, dev, x.dtype)
             if hit is not None:
-                c, s = hit[1], hit[2]
                 try:
-                    return _gather_rotate(served, xp, None, x, c, s, ids, self.layout, inverse,
-                                          out)
+                    return _gather_rotate(served, xp, None, x, hit.cos, hit.sin, ids,
+                                          self.layout, inverse, out)
                 except ValueError:
                     pass  # an id past the cache (grown below) or negative (the table path)
         lo, hi = id_range(positions)
@@ -1384,4 +1602,8 @@ class RoPE:
         from ._rope_config import rope_from_config  # it imports mrope_axes from here
 
         return rope_from_config(cls, config, layer_type)
+
+
+# the fields that make a RoPE what it is: every slot but its caches (and __weakref__)
+_FIELDS = tuple(k for k in RoPE.__slots__ if k not in ("_tables", "__weakref__"))
 

@@ -111,11 +111,11 @@ def test_cache_equals_table_path(backend, layout, heads_axis, prf):
 def test_cache_grows_and_is_used(numpy_backend):
     rope = arrpos.RoPE(8, base=123.0)
     x = _decode_case(1, -2, np.float32, dim=8)
-    entries = lambda: [v for k, v in _rope._TABLES.items() if k[0] == rope]  # noqa: E731
+    entries = lambda: list(rope._tables.values())  # noqa: E731  (the caches it holds)
     rope.apply(x, np.full((4, 1), 5), heads_axis=-2)
-    assert [e[0] for e in entries()] == [1024]
+    assert [e.rows for e in entries()] == [1024]
     y = rope.apply(x, np.full((4, 1), 5000), heads_axis=-2)
-    assert [e[0] for e in entries()] == [8192]  # doubled to a power of two past 5000
+    assert [e.rows for e in entries()] == [8192]  # doubled to a power of two past 5000
     want = _per_token_reference(numpy_backend, rope, x, np.full((4, 1), 5000), -2)
     _same(y, want)
 
