@@ -17,6 +17,7 @@ from ._lib import (
     array_namespace,
     MAX_DIM,
     as_positions,
+    check_shape,
     check_size,
     check_array,
     check_bool,
@@ -28,6 +29,10 @@ from ._lib import (
     check_real_scalar,
     default_float,
     device_of,
+    dtype_name,
+    finfo,
+    float_bits,
+    from_host,
     has_float64,
     is_lazy,
     output_dtype,
@@ -45,7 +50,7 @@ def _table(xp, positions, hi, lo, *, layout, dtype, width):
                           layout=layout, dtype=dtype, width=width)
 
 
-def sinusoidal(positions, dim, /, *, base=10000.0, layout="interleaved", dtype=None, device=None,
+def sinusoidal(positions, /, dim, *, base=10000.0, layout="interleaved", dtype=None, device=None,
                xp=None):
     """Fixed sinusoidal position encoding (Vaswani et al., 2017).
 
@@ -131,7 +136,7 @@ def sinusoidal(positions, dim, /, *, base=10000.0, layout="interleaved", dtype=N
     return _table(xp, pos, hi, lo, layout=layout, dtype=dtype, width=dim)
 
 
-def sinusoidal_nd(coords, dim, /, *, base=10000.0, layout="split", group="axis", dtype=None):
+def sinusoidal_nd(coords, /, dim, *, base=10000.0, layout="split", group="axis", dtype=None):
     """Sinusoidal encoding of N-d coordinates: equal chunks of features per axis.
 
     ``group="axis"``: chunk ``k`` (features ``k*dim/n`` to ``(k+1)*dim/n``) is
@@ -231,11 +236,10 @@ def _axis_coords(xp, n, mode, scale, dtype, device):
         i = (2.0 * i + (1 - n)) / n
     if scale != 1.0:
         i = i * scale
-    host = i if dtype == getattr(xp, "float64", None) else i.astype(np.float32)
-    return xp.asarray(host, dtype=dtype, device=device)
+    return from_host(xp, i, dtype, device)
 
 
-def grid_coords(shape, /, *, scale=1.0, mode="index", dtype=None, device=None, xp=None):
+def grid_coords(shape, *, scale=1.0, mode="index", dtype=None, device=None, xp=None):
     """Coordinates of a grid, last grid axis first (x, y, ...), times ``scale``.
 
     Along an axis of length ``n``: ``mode="index"`` gives ``0 .. n-1``; ``"linspace"`` gives
@@ -291,26 +295,23 @@ def grid_coords(shape, /, *, scale=1.0, mode="index", dtype=None, device=None, x
     [-0.75, -0.25, 0.25, 0.75]
     """
     xp = array_namespace(xp=xp, dtype=dtype)
-    if isinstance(shape, int) and not isinstance(shape, bool):
-        shape = (shape,)
-    try:
-        shape = tuple(shape)
-    except TypeError:
-        raise TypeError(f"shape must be a tuple of ints, got {type(shape).__name__}") from None
-    if not shape:
-        raise ValueError("shape must have at least one axis, got ()")
-    shape = tuple(check_positive_int(s, f"shape[{i}]", minimum=0) for i, s in enumerate(shape))
+    shape = check_shape(shape, "shape", minimum=0, example="(H, W)")
     check_size(math.prod(shape) * len(shape), "the grid")
     scale = check_real_scalar(scale, "scale")
     mode = check_choice(mode, "mode", _GRID_MODES)
     dtype = check_dtype_arg(xp, dtype, device=device)
     dtype = dtype if dtype is not None else default_float(xp, device)
+    # the largest |coordinate| is max(n - 1, 1) * |scale| (index) or |scale| (normalised)
+    reach = max([n - 1 for n in shape] + [1]) if mode == "index" else 1.0
+    if reach * abs(scale) > float(finfo(xp, dtype).max):
+        raise ValueError(f"scale must keep the coordinates finite in {dtype_name(dtype)}: |scale| * "
+                         f"{reach} <= {float(finfo(xp, dtype).max):.4g}, got scale={scale}")
     axes = [_axis_coords(xp, n, mode, scale, dtype, device) for n in shape]
     grids = xp.meshgrid(*axes, indexing="ij")
     return xp.stack(grids[::-1], axis=-1)
 
 
-def timestep_embedding(timesteps, dim, /, *, max_period=10000.0, flip_sin_to_cos=False,
+def timestep_embedding(timesteps, /, dim, *, max_period=10000.0, flip_sin_to_cos=False,
                        downscale_freq_shift=1.0, scale=1.0, dtype=None):
     """Diffusion timestep embedding, as diffusers' ``get_timestep_embedding``.
 
@@ -472,7 +473,7 @@ def decode_sinusoidal(encoding, /, *, base=10000.0, layout="interleaved"):
         turns = xp.round((pos * wi - angle[..., i]) / two_pi)
         pos = (angle[..., i] + two_pi * turns) / wi
     # Consistency: every pair on the unit circle and every frequency agreeing on the position.
-    tol = 1e-2 if xp.finfo(encoding.dtype).eps > 1e-4 else 1e-3
+    tol = 1e-2 if float_bits(xp, encoding.dtype) <= 16 else 1e-3
     radius = xp.abs(s * s + c * c - 1.0)
     resid = xp.remainder(pos[..., None] * w - angle + math.pi, two_pi) - math.pi
     if encoding.size and not is_lazy(encoding):

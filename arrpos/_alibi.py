@@ -9,17 +9,21 @@ from . import _dispatch
 from ._lib import (
     MAX_OFFSET,
     array_namespace,
+    as_index,
     check_array,
     check_choice,
     check_dtype_arg,
-    check_finite_values,
     check_int,
-    check_real_array,
+    check_offset,
     check_real_scalar,
     check_size,
     default_float,
     device_of,
+    from_host,
     has_float64,
+    is_dtype,
+    is_lazy,
+    largest_magnitude,
 )
 
 __all__ = ["alibi_bias", "alibi_bias_from_mask", "alibi_bias_from_positions", "alibi_slopes"]
@@ -37,7 +41,7 @@ def _host_slopes(n, max_bias):
     return np.array(slopes, dtype=np.float64)
 
 
-def alibi_slopes(num_heads, /, *, max_bias=8.0, head_offset=0, total_heads=None, dtype=None,
+def alibi_slopes(num_heads, *, max_bias=8.0, head_offset=0, total_heads=None, dtype=None,
                  device=None, xp=None):
     """ALiBi head slopes for any number of heads (Press et al.; BLOOM's ``build_alibi_tensor``).
 
@@ -113,15 +117,14 @@ def alibi_slopes(num_heads, /, *, max_bias=8.0, head_offset=0, total_heads=None,
     elif dtype == getattr(xp, "float64", None) and not has_float64(xp, device):
         raise TypeError(f"dtype=float64 is not available on this device ({xp.__name__})")
     host = _host_slopes(total, max_bias)[head_offset:head_offset + num_heads]
-    return xp.asarray(host.astype(np.float64 if dtype == getattr(xp, "float64", None)
-                                  else np.float32), dtype=dtype, device=device)
+    return from_host(xp, host, dtype, device)
 
 
 def _check_slopes(xp, slopes):
     check_array(xp, slopes, "slopes", kind="floating", ndim=1, shape_hint="(heads,)")
 
 
-def alibi_bias(slopes, query_len, key_len, /, *, mode="causal", query_offset=None):
+def alibi_bias(slopes, /, query_len, key_len, *, mode="causal", query_offset=None):
     """The ALiBi attention bias ``(heads, query_len, key_len)``.
 
     Queries sit at ``q_pos = i + query_offset`` and keys at ``k_pos = j``.
@@ -179,9 +182,8 @@ def alibi_bias(slopes, query_len, key_len, /, *, mode="causal", query_offset=Non
     mode = check_choice(mode, "mode", _MODES)
     if query_offset is None:
         query_offset = key_len - query_len
-    # distances stay exact integers of the default int64 dtype
-    query_offset = check_int(query_offset, "query_offset", minimum=-MAX_OFFSET,
-                             maximum=MAX_OFFSET)
+    # distances stay exact integers of the index dtype (int32 without x64)
+    query_offset = check_offset(xp, query_offset, query_len, key_len, device=device_of(slopes))
     dtype = slopes.dtype
     return _dispatch.call("alibi_bias", xp, slopes, query_len, key_len, arrays=(slopes,),
                           mode=mode, query_offset=query_offset, dtype=dtype)
@@ -225,13 +227,11 @@ def alibi_bias_from_mask(slopes, attention_mask, /):
     >>> arrpos.alibi_bias_from_mask(np.array([0.5]), mask)[:, 0, 0].tolist()
     [[0.0, 0.0, 0.0, 0.5, 1.0], [0.0, 0.5, 1.0, 1.5, 2.0]]
     """
-    from ._lib import is_lazy
-
     xp = array_namespace(slopes, attention_mask, name="slopes and attention_mask")
     _check_slopes(xp, slopes)
     m = check_array(xp, attention_mask, "attention_mask", kind="bool or integer", ndim=2,
                     shape_hint="(batch, key_len)")
-    if not xp.isdtype(m.dtype, "bool"):
+    if not is_dtype(xp, m.dtype, "bool"):
         if not is_lazy(m) and m.size and not bool(xp.all((m == 0) | (m == 1))):
             raise ValueError("attention_mask must hold only 0 and 1")
         m = m != 0
@@ -244,13 +244,18 @@ def alibi_bias_from_mask(slopes, attention_mask, /):
             * xp.reshape(pos, (b, 1, 1, k)))
 
 
-def _check_positions(xp, x, name):
-    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
-        raise TypeError(f"{name} must be an array, got {type(x).__name__}")
-    check_real_array(xp, x, name)
-    if x.ndim < 1:
-        raise ValueError(f"{name} must have shape (..., n) with at least one axis, got a 0-d array")
-    check_finite_values(xp, x, name)
+def _distance_positions(xp, x, name, limit):
+    """Positions whose differences are exact: integers in the index dtype (``as_index``: an
+    unsigned difference wraps, an int8 one overflows), floats as they are; eager values finite
+    and ``|p| < limit`` (a ValueError naming ``name``; lazy ones are not read)."""
+    check_array(xp, x, name, kind="real", min_ndim=1, shape_hint="(..., n)")
+    if is_dtype(xp, x.dtype, "integral"):
+        x = as_index(xp, x, name)
+    big = largest_magnitude(xp, x, name)
+    if big is not None and big >= limit:
+        raise ValueError(f"{name} must satisfy |{name}| < 2**{int(math.log2(limit))} = {limit} "
+                         f"(distances stay exact), got a value of {big}")
+    return x
 
 
 def alibi_bias_from_positions(slopes, query_positions, key_positions, /, *, mode="symmetric"):
@@ -308,10 +313,14 @@ def alibi_bias_from_positions(slopes, query_positions, key_positions, /, *, mode
     xp = array_namespace(slopes, query_positions, key_positions,
                          name="slopes, query_positions and key_positions")
     _check_slopes(xp, slopes)
-    _check_positions(xp, query_positions, "query_positions")
-    _check_positions(xp, key_positions, "key_positions")
     mode = check_choice(mode, "mode", _MODES)
-    qlead, klead = tuple(query_positions.shape[:-1]), tuple(key_positions.shape[:-1])
+    f64 = has_float64(xp, device_of(slopes))
+    # integer distances formed in int64 below 2**53 are exact, and so is their float64;
+    # without float64 (JAX without x64: int32 and float32) 2**24 keeps them exact
+    limit = MAX_OFFSET if f64 else 2**24
+    qp = _distance_positions(xp, query_positions, "query_positions", limit)
+    kp = _distance_positions(xp, key_positions, "key_positions", limit)
+    qlead, klead = tuple(qp.shape[:-1]), tuple(kp.shape[:-1])
     try:
         lead = tuple(np.broadcast_shapes(qlead, klead))
     except ValueError:
@@ -319,14 +328,15 @@ def alibi_bias_from_positions(slopes, query_positions, key_positions, /, *, mode
             f"the leading axes of query_positions {qlead} and key_positions {klead} do not "
             "broadcast"
         ) from None
+    check_size(slopes.shape[0] * math.prod(lead) * qp.shape[-1] * kp.shape[-1], "the bias")
     dtype = slopes.dtype
-    work = xp.float64 if has_float64(xp, device_of(slopes)) else dtype
-    qp, kp = query_positions[..., :, None], key_positions[..., None, :]
+    work = xp.float64 if f64 else xp.float32
+    qp, kp = qp[..., :, None], kp[..., None, :]
     if mode == "key":
         dist = xp.broadcast_to(xp.astype(kp, work), lead + (qp.shape[-2], kp.shape[-1]))
     else:
-        floats = xp.isdtype(qp.dtype, "real floating") or xp.isdtype(kp.dtype, "real floating")
-        back = xp.astype(kp, work) - xp.astype(qp, work) if floats else kp - qp  # -d
+        ints = is_dtype(xp, qp.dtype, "integral") and is_dtype(xp, kp.dtype, "integral")
+        back = kp - qp if ints else xp.astype(kp, work) - xp.astype(qp, work)  # -d
         # 0 - |x| and clip give +0.0 where the distance is 0 (-|x| would give -0.0 for floats)
         back = xp.clip(back, max=0) if mode == "causal" else 0 - xp.abs(back)
         dist = xp.astype(back, work)

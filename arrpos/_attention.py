@@ -11,8 +11,22 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ._lib import array_namespace, check_array, check_bool, check_choice, check_real_scalar, device_of
-from ._relative import shaw_key_scores, shaw_value_term
+import numpy as np
+
+from ._lib import (
+    array_namespace,
+    backend_name,
+    check_array,
+    check_bool,
+    check_choice,
+    check_real_scalar,
+    check_size,
+    device_of,
+    has_float64,
+    is_lazy,
+    work_float,
+)
+from ._relative import check_shaw_key, check_shaw_value, shaw_key, shaw_value
 
 __all__ = ["PositionProperties", "attention", "properties", "similarity"]
 
@@ -76,7 +90,16 @@ def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, rel
     >>> out.shape
     (1, 3, 3)
     """
-    xp = array_namespace(q, k, v, bias, mask, name="q, k, v, bias and mask")
+    key_table = value_table = index = None
+    if relative is not None:
+        if not isinstance(relative, tuple) or len(relative) != 3:
+            raise TypeError(
+                "relative must be a tuple (key_table, value_table, index), got "
+                f"{type(relative).__name__}"
+            )
+        key_table, value_table, index = relative
+    xp = array_namespace(q, k, v, bias, mask, key_table, value_table, index,
+                         name="q, k, v, bias, mask, key_table, value_table and index")
     for name, a in (("q", q), ("k", k), ("v", v)):
         check_array(xp, a, name, kind="floating", min_ndim=2)
     if q.shape[-1] != k.shape[-1]:
@@ -89,37 +112,66 @@ def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, rel
         scale = 1.0 / math.sqrt(q.shape[-1])
     else:
         scale = check_real_scalar(scale, "scale", positive=True)
-    key_table = value_table = index = None
-    if relative is not None:
-        if not isinstance(relative, tuple) or len(relative) != 3:
-            raise TypeError(
-                "relative must be a tuple (key_table, value_table, index), got "
-                f"{type(relative).__name__}"
-            )
-        key_table, value_table, index = relative
-
-    scores = xp.matmul(q, xp.matrix_transpose(k))
-    if key_table is not None:
-        scores = scores + shaw_key_scores(q, key_table, index)
-    scores = scores * scale
+    scores_shape = _scores_shape(q, k)
     if bias is not None:
         check_array(xp, bias, "bias", kind="floating")
-        scores = scores + xp.astype(bias, scores.dtype)
+        scores_shape = _broadcast_scores(bias, "bias", scores_shape)
+    if mask is not None:
+        check_array(xp, mask, "mask", kind="bool")
+        scores_shape = _broadcast_scores(mask, "mask", scores_shape)
+    check_size(math.prod(scores_shape), "the attention scores")
+    if relative is not None:
+        if key_table is not None:
+            index = check_shaw_key(xp, q, key_table, index, "key_table")
+        if value_table is not None:
+            if index is None:
+                raise ValueError("relative needs an index for the value table")
+            index = check_shaw_value(xp, scores_shape, value_table, index, tname="value_table")
+    # 16-bit inputs are computed in float32 and rounded once; the scale is applied to q before
+    # the product, as torch's scaled_dot_product_attention does, so q k^T cannot overflow
+    # where the scaled scores do not (float16: 65504)
+    work, out_dtype = work_float(xp, q.dtype, k.dtype, v.dtype)
+    qs = xp.astype(q, work) * scale
+    scores = xp.matmul(qs, xp.matrix_transpose(xp.astype(k, work)))
+    if key_table is not None:
+        scores = scores + shaw_key(xp, qs, xp.astype(key_table, work), index)
+    if bias is not None:
+        scores = scores + xp.astype(bias, work)
     weights = _softmax(xp, scores, _allowed(xp, scores, mask, causal))
-    out = xp.matmul(weights, xp.astype(v, weights.dtype))
+    out = xp.matmul(weights, xp.astype(v, work))
     if value_table is not None:
-        if index is None:
-            raise ValueError("relative needs an index for the value table")
-        out = out + shaw_value_term(weights, value_table, index)
-    return (out, weights) if return_weights else out
+        out = out + shaw_value(xp, weights, xp.astype(value_table, work), index)
+    out = xp.astype(out, out_dtype)
+    return (out, xp.astype(weights, out_dtype)) if return_weights else out
+
+
+def _scores_shape(q, k) -> tuple:
+    """``(..., q, k)``: the leading axes of ``q`` and ``k`` broadcast, or a ValueError."""
+    try:
+        lead = tuple(np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2])))
+    except ValueError:
+        raise ValueError(f"the leading (batch, heads) axes of q {tuple(q.shape)} and k "
+                         f"{tuple(k.shape)} do not broadcast") from None
+    return lead + (q.shape[-2], k.shape[-2])
+
+
+def _broadcast_scores(a, name, shape) -> tuple:
+    """The scores' shape once ``a`` (a bias or mask) is added: ``a`` must broadcast against
+    ``(..., q, k)`` and keep its last two axes (it may add leading ones, e.g. heads), else a
+    ValueError naming ``name`` rather than the library's "operands could not be broadcast"."""
+    try:
+        out = tuple(np.broadcast_shapes(tuple(a.shape), shape))
+    except (ValueError, TypeError):  # TypeError: axes of unknown length (lazy)
+        out = None
+    if out is None or out[-2:] != shape[-2:]:
+        raise ValueError(f"{name} must broadcast to the scores (..., q, k) = {shape}, got "
+                         f"shape {tuple(a.shape)}")
+    return out
 
 
 def _allowed(xp, scores, mask, causal):
     """The boolean mask of allowed (query, key) pairs, broadcast to ``scores``; None: all."""
-    allowed = None
-    if mask is not None:
-        check_array(xp, mask, "mask", kind="bool")
-        allowed = mask
+    allowed = mask
     if causal:
         qn, kn = scores.shape[-2], scores.shape[-1]
         dev = device_of(scores)
@@ -129,13 +181,7 @@ def _allowed(xp, scores, mask, causal):
         allowed = c if allowed is None else xp.logical_and(allowed, c)
     if allowed is None:
         return None
-    try:
-        return xp.broadcast_to(allowed, scores.shape)
-    except (ValueError, RuntimeError) as exc:
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores "
-            f"{tuple(scores.shape)}: {exc}"
-        ) from None
+    return xp.broadcast_to(allowed, scores.shape)  # shapes checked at the boundary
 
 
 def _softmax(xp, scores, allowed):
@@ -184,10 +230,13 @@ def similarity(table, /, *, metric="dot"):
     xp = array_namespace(table, name="table")
     check_array(xp, table, "table", kind="floating", min_ndim=2)
     metric = check_choice(metric, "metric", ("dot", "cosine"))
+    check_size(math.prod(table.shape[:-1]) * table.shape[-2], "the similarity matrix")
+    work, out = work_float(xp, table.dtype)
+    table = xp.astype(table, work)
     if metric == "cosine":
         norm = xp.sqrt(xp.sum(table * table, axis=-1, keepdims=True))
         table = table / xp.where(norm > 0, norm, xp.ones_like(norm))
-    return xp.matmul(table, xp.matrix_transpose(table))
+    return xp.astype(xp.matmul(table, xp.matrix_transpose(table)), out)
 
 
 class PositionProperties(NamedTuple):
@@ -293,6 +342,9 @@ def properties(table, /, *, metric="dot"):
     xp = array_namespace(table, name="table")
     check_array(xp, table, "table", kind="floating", min_ndim=2)
     metric = check_choice(metric, "metric", ("dot", "cosine", "precomputed"))
+    if is_lazy(table) and backend_name(xp) != "dask":  # Dask is computed (documented)
+        raise ValueError("table must have values that can be read: properties returns Python "
+                         "floats, and a traced (jit), meta or fake table has none")
     if table.ndim != 2:
         raise ValueError(f"table must be 2-D, got shape {tuple(table.shape)}")
     if metric == "precomputed":
@@ -308,6 +360,7 @@ def properties(table, /, *, metric="dot"):
     if n < 3:
         raise ValueError(f"table must have at least 3 positions, got {n}")
     dev = device_of(phi)
+    phi = xp.astype(phi, xp.float64 if has_float64(xp, dev) else xp.float32)  # sums of L**2
     off = xp.logical_not(xp.eye(n, dtype=xp.bool, device=dev))
     zero = xp.zeros_like(phi)
     count = n * (n - 1)

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import math
 
-from ._lib import array_namespace, check_array, check_bool, check_choice, check_int, device_of
+from ._lib import (
+    array_namespace,
+    check_array,
+    check_bool,
+    check_choice,
+    check_int,
+    device_of,
+    work_float,
+)
 
 __all__ = ["conv_positional", "conv_positional_2d"]
 
@@ -178,16 +186,31 @@ def conv_positional(x, weight, bias=None, /, *, axis=-2, activation="gelu", resi
     kernel = weight.shape[0]
     left = (kernel - 1) // 2
     length = x.shape[ax]
-    xpad = _pad_axis(xp, x, ax, left, kernel - 1 - left)
-    w = xp.astype(weight, x.dtype)
+    work, dtype = _work(xp, x)
+    xw = xp.astype(x, work)
+    xpad = _pad_axis(xp, xw, ax, left, kernel - 1 - left)
+    w = xp.astype(weight, work)
     out = None
     for m in range(kernel):
         term = _slice_axis(xpad, ax, m, length) * w[m, :]
         out = term if out is None else out + term
+    return _finish(xp, out, xw, bias, activation, residual, dtype)
+
+
+def _work(xp, x):
+    """``(work, dtype)``: the taps are summed in float32 for 16-bit ``x`` (a bfloat16 sum keeps
+    8 bits) and the result is rounded once to ``x.dtype``."""
+    work, _ = work_float(xp, x.dtype)
+    return work, x.dtype
+
+
+def _finish(xp, out, xw, bias, activation, residual, dtype):
+    """``+ bias``, the activation, ``+ x`` (all in the working dtype), one rounding."""
     if bias is not None:
-        out = out + xp.astype(bias, x.dtype)
+        out = out + xp.astype(bias, out.dtype)
     out = _activate(xp, out, activation)
-    return out + x if residual else out
+    out = out + xw if residual else out
+    return out if out.dtype == dtype else xp.astype(out, dtype)
 
 
 def conv_positional_2d(x, weight, bias=None, /, *, activation=None, residual=True):
@@ -240,15 +263,14 @@ def conv_positional_2d(x, weight, bias=None, /, *, activation=None, residual=Tru
     kh, kw = weight.shape[0], weight.shape[1]
     h, w_len = x.shape[-3], x.shape[-2]
     top, left = (kh - 1) // 2, (kw - 1) // 2
-    xpad = _pad_axis(xp, _pad_axis(xp, x, -3, top, kh - 1 - top), -2, left, kw - 1 - left)
-    wt = xp.astype(weight, x.dtype)
+    work, dtype = _work(xp, x)
+    xw = xp.astype(x, work)
+    xpad = _pad_axis(xp, _pad_axis(xp, xw, -3, top, kh - 1 - top), -2, left, kw - 1 - left)
+    wt = xp.astype(weight, work)
     out = None
     for a in range(kh):
         rows = _slice_axis(xpad, -3, a, h)
         for b in range(kw):
             term = _slice_axis(rows, -2, b, w_len) * wt[a, b, :]
             out = term if out is None else out + term
-    if bias is not None:
-        out = out + xp.astype(bias, x.dtype)
-    out = _activate(xp, out, activation)
-    return out + x if residual else out
+    return _finish(xp, out, xw, bias, activation, residual, dtype)

@@ -15,15 +15,21 @@ import numpy as np
 from ._lib import (
     array_namespace,
     check_array,
+    check_bool,
     check_choice,
     check_dtype_arg,
+    check_index,
     check_size,
     check_positive_int,
     check_real_scalar,
     default_float,
     device_of,
+    dtype_name,
+    finfo,
+    from_host,
     has_float64,
-    is_lazy,
+    index_dtype,
+    round_once,
 )
 
 __all__ = ["learned_init", "lookup", "resample"]
@@ -34,7 +40,7 @@ _CUBIC_A = -0.75  # torch's (and OpenCV's) bicubic coefficient
 _AA_CUBIC_A = -0.5  # torch's antialiased bicubic uses Keys' (and PIL's) coefficient instead
 
 
-def learned_init(num_positions, dim, /, *, method="normal", std=0.02, seed=None, dtype=None,
+def learned_init(num_positions, dim, *, method="normal", std=0.02, seed=None, dtype=None,
                  device=None, xp=None):
     """A new learned position table ``(num_positions, dim)``.
 
@@ -112,9 +118,11 @@ def learned_init(num_positions, dim, /, *, method="normal", std=0.02, seed=None,
         while bad.any():  # redraw the tails: deterministic for a given seed
             host[bad] = rng.standard_normal(int(bad.sum()))
             bad = np.abs(host) > 2.0
-    host = host * std
-    return xp.asarray(host.astype(np.float64 if dtype == getattr(xp, "float64", None)
-                                  else np.float32), dtype=dtype, device=device)
+    top = float(np.abs(host).max()) * std
+    if top > float(finfo(xp, dtype).max):  # an inf table, silently, otherwise
+        raise ValueError(f"std={std} overflows a {method!r} table in {dtype_name(dtype)}: its largest "
+                         f"entry would be {top:.4g} > {float(finfo(xp, dtype).max):.4g}")
+    return from_host(xp, host * std, dtype, device)
 
 
 def _check_table(xp, table, name="table"):
@@ -163,38 +171,30 @@ def lookup(table, positions, /):
         raise ValueError(f"table must have shape (num_positions, dim), got {tuple(table.shape)}")
     check_array(xp, positions, "positions", kind="integer")
     n = table.shape[0]
-    if not is_lazy(positions) and positions.size:
-        lo, hi = int(xp.min(positions)), int(xp.max(positions))
-        if lo < 0 or hi >= n:
-            raise ValueError(
-                f"positions must lie in [0, {n}) for a table of {n} rows, got values in "
-                f"[{lo}, {hi}]"
-            )
+    positions = check_index(xp, positions, n, "positions", f"a table of {n} rows")
     shape = tuple(positions.shape)
     rows = xp.take(table, xp.reshape(positions, (-1,)), axis=0)
     return xp.reshape(rows, shape + (table.shape[1],))
 
 
 def _weights_1d(n_in, n_out, method, single):
-    """Interpolation matrix ``(n_out, n_in)`` of torch's ``align_corners=False`` resampling.
+    """Taps ``(index, weight)``, each ``(n_out, T)``, of torch's ``align_corners=False``
+    resampling: output ``i`` is ``sum_t weight[i, t] * input[index[i, t]]``.
 
     torch forms the source coordinates and the weights in the input's precision (float for a
     float32 input, double for float64); ``single`` repeats its float32 operations step by step
     so that the weights are torch's own, then they are applied in the working precision.
+    Taps past the border are clamped onto it, as torch does (their weights add up there).
     """
     f = np.float32 if single else np.float64
-    m = np.zeros((n_out, n_in), dtype=np.float64)
     scale = f(f(n_in) / f(n_out))
     src = scale * (np.arange(n_out).astype(f) + f(0.5)) - f(0.5)
-    rows = np.arange(n_out)
     if method == "linear":
         src = np.maximum(src, f(0.0))  # torch clamps negative sources for linear modes
         i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
         i1 = np.minimum(i0 + 1, n_in - 1)
         lam = np.clip(src - i0.astype(f), f(0.0), f(1.0))
-        np.add.at(m, (rows, i0), (f(1.0) - lam).astype(np.float64))
-        np.add.at(m, (rows, i1), lam.astype(np.float64))
-        return m
+        return np.stack([i0, i1], axis=1), np.stack([f(1.0) - lam, lam], axis=1).astype(np.float64)
     a = f(_CUBIC_A)
     i0 = np.floor(src).astype(np.int64)
     t = src - i0.astype(f)
@@ -207,9 +207,8 @@ def _weights_1d(n_in, n_out, method, single):
 
     t2 = f(1.0) - t
     taps = ((-1, far(t + f(1.0))), (0, near(t)), (1, near(t2)), (2, far(t2 + f(1.0))))
-    for k, w in taps:
-        np.add.at(m, (rows, np.clip(i0 + k, 0, n_in - 1)), w.astype(np.float64))  # clamp
-    return m
+    index = np.stack([np.clip(i0 + k, 0, n_in - 1) for k, _ in taps], axis=1)  # clamp
+    return index, np.stack([w for _, w in taps], axis=1).astype(np.float64)
 
 
 def _fma32(a, b, c):
@@ -237,7 +236,7 @@ def _aa_filter(x, method, f):
 
 
 def _weights_1d_aa(n_in, n_out, method, single):
-    """Interpolation matrix ``(n_out, n_in)`` of torch's ``antialias=True`` resampling.
+    """Taps ``(index, weight)`` ``(n_out, T)`` of torch's ``antialias=True`` resampling.
 
     As torch's ``_compute_indices_min_size_weights_aa``: when downsampling the filter's
     support widens by the factor ``n_in / n_out`` (a low-pass before sampling); taps outside
@@ -264,23 +263,20 @@ def _weights_1d_aa(n_in, n_out, method, single):
     for k in range(width):  # torch sums the taps in order
         total = (total + w[:, k]).astype(f)
     w = np.where(total[:, None] != 0, w / np.where(total == 0, f(1), total)[:, None], w)
-    m = np.zeros((n_out, n_in), dtype=np.float64)
-    rows = np.broadcast_to(np.arange(n_out)[:, None], taps.shape)
-    m[rows[valid], taps[valid]] = w[valid].astype(np.float64)
-    return m
+    # taps past xsize carry no weight; they point at row 0 (any row would do)
+    return np.where(valid, taps, 0), np.where(valid, w, f(0.0)).astype(np.float64)
 
 
-def _apply_axis(xp, grid, mat, axis):
-    """Contract ``mat (n_out, n_in)`` with axis ``axis`` (negative, of ``grid``)."""
-    nd = grid.ndim
-    ax = nd + axis
-    perm = [d for d in range(nd) if d != ax] + [ax]
-    moved = xp.permute_dims(grid, tuple(perm))
-    out = xp.matmul(moved, xp.matrix_transpose(mat))  # (..., n_out) on the last axis
-    inv = [0] * nd
-    for pos, d in enumerate(perm):
-        inv[d] = pos
-    return xp.permute_dims(out, tuple(inv))
+def _apply_taps(xp, grid, index, weight, axis):
+    """Resample axis ``axis`` (negative) of ``grid`` with taps ``(n_out, T)``: one gather of
+    ``n_out * T`` rows and a weighted sum, so memory follows the output (``T`` is 2 or 4, or
+    about twice the shrink factor with antialias), not ``n_out * n_in`` as a dense matrix."""
+    n_out, taps = index.shape
+    ax = grid.ndim + axis
+    rows = xp.take(grid, xp.reshape(index, (n_out * taps,)), axis=ax)
+    rows = xp.reshape(rows, tuple(grid.shape[:ax]) + (n_out, taps) + tuple(grid.shape[ax + 1:]))
+    w = xp.reshape(weight, (n_out, taps) + (1,) * (grid.ndim - ax - 1))
+    return xp.sum(rows * w, axis=ax + 1)
 
 
 def _size_tuple(size, name):
@@ -297,7 +293,7 @@ def _size_tuple(size, name):
     return tuple(check_positive_int(s, f"{name}[{i}]") for i, s in enumerate(sizes)), False
 
 
-def resample(table, size, /, *, old_size=None, prefix_tokens=0, method="linear",
+def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
              antialias=False):
     """Resize a learned position table to a new length or grid (timm's
     ``resample_abs_pos_embed``), equal to ``torch.nn.functional.interpolate`` with
@@ -363,8 +359,7 @@ def resample(table, size, /, *, old_size=None, prefix_tokens=0, method="linear",
     new, one_d = _size_tuple(size, "size")
     prefix = check_positive_int(prefix_tokens, "prefix_tokens", minimum=0)
     method = check_choice(method, "method", _METHODS_RESAMPLE)
-    if not isinstance(antialias, bool):
-        raise TypeError(f"antialias must be a bool, got {type(antialias).__name__} {antialias!r}")
+    antialias = check_bool(antialias, "antialias")
     rows = table.shape[-2]
     if prefix > rows:
         raise ValueError(f"prefix_tokens must be <= the {rows} rows of table, got {prefix}")
@@ -390,21 +385,23 @@ def resample(table, size, /, *, old_size=None, prefix_tokens=0, method="linear",
         )
     lead = tuple(table.shape[:-2])
     dim = table.shape[-1]
+    check_size(math.prod(lead) * (prefix + math.prod(new)) * dim, "the resampled table")
     dev = device_of(table)
     body = table[..., prefix:, :]
     # work in float64 where the device has it and round once: closer to the exact kernel
     # than any float32 accumulation order (torch's included)
-    work = xp.float64 if has_float64(xp, dev) else table.dtype
+    work = xp.float64 if has_float64(xp, dev) else xp.float32
     single = table.dtype != getattr(xp, "float64", None)
     grid = xp.reshape(xp.astype(body, work), lead + old + (dim,))
     for axis, (n_in, n_out) in enumerate(zip(old, new)):
         if n_in == n_out:
             continue  # torch's weights are the identity then
-        mat = (_weights_1d_aa if antialias else _weights_1d)(n_in, n_out, method, single)
-        mat = xp.asarray(mat.astype(np.float64 if work == getattr(xp, "float64", None)
-                                    else np.float32), dtype=work, device=dev)
-        grid = _apply_axis(xp, grid, mat, axis - len(old) - 1)
-    out = xp.astype(xp.reshape(grid, lead + (math.prod(new), dim)), table.dtype)
+        index, weight = (_weights_1d_aa if antialias else _weights_1d)(n_in, n_out, method,
+                                                                       single)
+        index = xp.asarray(index, dtype=index_dtype(xp, dev), device=dev)
+        weight = from_host(xp, weight, work, dev)
+        grid = _apply_taps(xp, grid, index, weight, axis - len(old) - 1)
+    out = round_once(xp, xp.reshape(grid, lead + (math.prod(new), dim)), table.dtype)
     if prefix:
         out = xp.concat([table[..., :prefix, :], out], axis=-2)
     return out

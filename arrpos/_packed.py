@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import numbers
 
-from ._lib import array_namespace, check_real_array, default_float, device_of
+from ._lib import (
+    MAX_ELEMENTS,
+    array_namespace,
+    as_index,
+    check_array,
+    check_bool,
+    check_int,
+    check_size,
+    default_float,
+    device_of,
+    index_dtype,
+)
 
 __all__ = ["packed_mask", "packed_positions"]
-
-
-def _index_dtype(xp, device):
-    return xp.__array_namespace_info__().default_dtypes(device=device)["integral"]
 
 
 def _lengths(lengths, xp):
@@ -27,32 +34,34 @@ def _lengths(lengths, xp):
         )
     if hasattr(lengths, "shape") and hasattr(lengths, "dtype"):
         arr = lengths
-    else:
+    else:  # a sequence of ints is part of the contract here (sizes, like a shape)
         values = list(lengths)
         if any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in values):
             raise TypeError(f"lengths must hold ints, got {values!r}")
-        arr = xp.asarray([int(v) for v in values], dtype=_index_dtype(xp, None))
-    check_real_array(xp, arr, "lengths", float_ok=False)
-    if arr.ndim != 1:
-        raise ValueError(f"lengths must be 1-D (one length per document), got shape "
-                         f"{tuple(arr.shape)}; flatten a batch of padded doc_lens yourself")
-    idx = _index_dtype(xp, device_of(arr))
-    lens = xp.astype(arr, idx)
+        values = [check_int(v, f"lengths[{i}]", minimum=-MAX_ELEMENTS, maximum=MAX_ELEMENTS)
+                  for i, v in enumerate(values)]  # a Python int past int64: not an OverflowError
+        arr = xp.asarray(values, dtype=index_dtype(xp, None))
+    check_array(xp, arr, "lengths", kind="integer", ndim=1,
+                shape_hint="(one length per document; flatten a batch of padded doc_lens)")
+    lens = as_index(xp, arr, "lengths")  # unsigned lengths past the index dtype: refused
+    idx = lens.dtype
     if lens.shape[0] == 0:
         return lens, 0
     try:  # the output shape depends on the values: read them (a Dask array is computed)
         low = int(xp.min(lens))
         total = int(xp.sum(lens))
         rough = float(xp.sum(xp.astype(lens, default_float(xp, device_of(lens)))))
-    except Exception as exc:  # a traced (jit) array has no values yet
-        raise ValueError("lengths must be concrete, not traced under jit: the output shape "
-                         f"sum(lengths) depends on its values ({type(exc).__name__})") from None
+    except Exception as exc:  # a traced (jit), meta or fake array has no values
+        raise ValueError("lengths must be concrete values that can be read (not traced under "
+                         "jit, not a meta or fake tensor): the output shape sum(lengths) "
+                         f"depends on them ({type(exc).__name__})") from None
     if low < 0:
         raise ValueError(f"lengths must be >= 0, got a length of {low}")
     limit = xp.iinfo(idx).max
     if total > limit or rough > limit:  # the float sum catches a wrapped integer sum
         raise ValueError(f"sum(lengths) = {rough:.0f} does not fit the index dtype {idx} "
                          f"(max {limit})")
+    check_size(total, "the packed row of sum(lengths) tokens")
     return lens, total
 
 
@@ -153,10 +162,10 @@ def packed_mask(lengths, /, *, causal=False, xp=None):
     >>> arrpos.packed_mask([2, 1], causal=True).astype(int).tolist()
     [[1, 0, 0], [1, 1, 0], [0, 0, 1]]
     """
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    causal = check_bool(causal, "causal")
     xp = array_namespace(lengths, xp=xp, name="lengths")
     lens, total = _lengths(lengths, xp)
+    check_size(total * total, "the mask")
     doc, tokens, _ = _document_ids(xp, lens, total)
     mask = xp.reshape(doc, (total, 1)) == xp.reshape(doc, (1, total))
     if causal:

@@ -18,15 +18,18 @@ import math
 import numpy as np
 
 from ._lib import (
-    MAX_OFFSET,
     array_namespace,
+    as_index,
     check_array,
+    check_index,
     check_bool,
-    check_int,
+    check_offset,
     check_positive_int,
     check_real_scalar,
+    check_shape,
+    check_size,
     device_of,
-    is_lazy,
+    work_float,
 )
 
 __all__ = [
@@ -45,18 +48,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- helpers
-
-def _check_index_range(xp, index, n, name, rows_name):
-    """Eager arrays only: every entry of ``index`` in ``[0, n)``."""
-    if is_lazy(index) or index.size == 0:
-        return
-    lo, hi = int(xp.min(index)), int(xp.max(index))
-    if lo < 0 or hi >= n:
-        raise ValueError(
-            f"{name} must lie in [0, {n}) (the {n} rows of {rows_name}), got values in "
-            f"[{lo}, {hi}]"
-        )
-
 
 def _gather_last(xp, s, index):
     """``out[..., i, j] = s[..., i, index[i, j]]`` without a ``(q, k, n)`` intermediate.
@@ -80,7 +71,7 @@ def _matmul_t(xp, a, b):
 
 # --------------------------------------------------------------------------- index matrices
 
-def relative_positions(query_len, key_len, /, *, query_offset=0, device=None, xp=None):
+def relative_positions(query_len, key_len, *, query_offset=0, device=None, xp=None):
     """Relative positions ``key - query`` of every query/key pair.
 
     Parameters
@@ -123,29 +114,15 @@ def relative_positions(query_len, key_len, /, *, query_offset=0, device=None, xp
     xp = array_namespace(xp=xp)
     query_len = check_positive_int(query_len, "query_len", minimum=0)
     key_len = check_positive_int(key_len, "key_len", minimum=0)
-    query_offset = check_int(query_offset, "query_offset", minimum=-MAX_OFFSET,
-                             maximum=MAX_OFFSET)
+    check_size(query_len * key_len, "the matrix")
+    query_offset = check_offset(xp, query_offset, query_len, key_len, device=device)
     kpos = xp.arange(key_len, device=device)
     qpos = xp.arange(query_len, device=device) + query_offset
     return xp.reshape(kpos, (1, key_len)) - xp.reshape(qpos, (query_len, 1))
 
 
 
-def _window_shape(window):
-    """``window`` as a non-empty tuple of positive ints, or a TypeError/ValueError naming it."""
-    if isinstance(window, (bool, str, bytes)) or not hasattr(window, "__iter__"):
-        raise TypeError(
-            "window must be a sequence of ints, one per axis (e.g. (7, 7); a bare int is "
-            "ambiguous between a 1-D and a square window), got "
-            f"{type(window).__name__} {window!r}"
-        )
-    window = tuple(window)
-    if not window:
-        raise ValueError("window must have at least one axis, got ()")
-    return tuple(check_positive_int(w, f"window[{i}]") for i, w in enumerate(window))
-
-
-def relative_index_nd(window, /, *, device=None, xp=None):
+def relative_index_nd(window, *, device=None, xp=None):
     """Swin / BEiT relative position index of a window with any number of axes.
 
     Tokens are the window flattened in C order. For tokens ``a`` and ``b`` with coordinates
@@ -192,7 +169,7 @@ def relative_index_nd(window, /, *, device=None, xp=None):
     (392, 392)
     """
     xp = array_namespace(xp=xp)
-    window = _window_shape(window)
+    window = check_shape(window, "window")
     n = math.prod(window)
     strides, centre, stride = [], 0, 1
     for w in reversed(window):  # strides of the (2w - 1) grid, last axis fastest
@@ -202,6 +179,7 @@ def relative_index_nd(window, /, *, device=None, xp=None):
     strides.reverse()
     if stride > 2**31 - 1:  # the index must fit the int32 default of JAX without x64
         raise ValueError(f"window {window} is too large: its table of {stride} rows overflows")
+    check_size(n * n, f"the ({n}, {n}) index of window {window}")
     token = xp.arange(n, device=device)
     flat = xp.zeros_like(token)
     inner = n
@@ -245,35 +223,118 @@ def shaw_index(relative, /, *, max_distance):
     """
     xp = array_namespace(relative, name="relative")
     check_array(xp, relative, "relative", kind="integer")
-    k = check_positive_int(max_distance, "max_distance", minimum=0)
-    return xp.clip(relative, min=-k, max=k) + k
+    rel = as_index(xp, relative, "relative")  # clip bounds and 2K fit; no unsigned wrap
+    k = check_positive_int(max_distance, "max_distance", minimum=0,
+                           maximum=int(xp.iinfo(rel.dtype).max) // 2)
+    out = xp.clip(rel, min=-k, max=k) + k
+    dtype = _bucket_dtype(xp, relative.dtype, rel.dtype, 2 * k)
+    return out if dtype == out.dtype else xp.astype(out, dtype)
 
 
 # --------------------------------------------------------------------------- buckets
 
-@functools.lru_cache(maxsize=64)
-def _t5_steps(num_buckets, max_exact, max_distance):
-    """Distances at which T5's logarithmic bucket steps up (host, transformers' float32 maths).
+# Distinct bucket values whose steps a bucketing may need: T5's ``num_buckets`` and DeBERTa's
+# log buckets up to the largest distance the input dtype holds. The steps live on the host and
+# the device (``O(buckets)``, never ``O(distance)``); far above any model (T5: 32, DeBERTa:
+# 256), and bounding the host bisection (64 float32 logs per bucket) to about a second.
+MAX_BUCKETS = 2**20
 
-    ``bucket(n) = max_exact + #{steps <= n}`` for ``n >= max_exact``, capped at
-    ``num_buckets - 1`` (the count never exceeds ``num_buckets - 1 - max_exact``).
-    """
-    n = np.arange(max_exact, max_distance + 1, dtype=np.int64)
-    # transformers: log(float32(n) / max_exact) / log(max_distance / max_exact) * (nb - me),
-    # all float32, truncated toward zero
-    ratio = np.float32(n) / np.float32(max_exact)
-    logs = np.log(ratio.astype(np.float64)).astype(np.float32)
-    val = logs / np.float32(math.log(max_distance / max_exact)) * np.float32(num_buckets - max_exact)
-    bucket = np.minimum(max_exact + val.astype(np.int64), num_buckets - 1)
-    targets = np.arange(max_exact + 1, num_buckets)
-    # first distance reaching each bucket value; max_distance reaches the cap
-    return n[np.searchsorted(bucket, targets, side="left")]
+
+def _first_reaching(value, targets, lo, hi):
+    """For each of the ascending ``targets``, the least integer ``a`` in ``(lo, hi]`` with
+    ``value(a) >= target`` (``value`` non-decreasing, ``value(lo)`` below every target), by a
+    vectorised bisection: ``O(len(targets))`` memory whatever ``hi`` is. Targets that
+    ``value(hi)`` does not reach have no step and are dropped."""
+    targets = targets[targets <= value(np.array([hi], dtype=np.int64))[0]]
+    lo = np.full(targets.shape, lo, dtype=np.int64)  # value(lo) < target
+    hi = np.full(targets.shape, hi, dtype=np.int64)  # value(hi) >= target
+    while np.any(hi - lo > 1):
+        m = lo + (hi - lo) // 2
+        ok = value(m) >= targets
+        hi = np.where(ok, m, hi)
+        lo = np.where(ok, lo, m)
+    return hi
+
+
+def _t5_value(num_buckets, max_exact, max_distance):
+    """T5's bucket of distances ``n >= max_exact`` in transformers' float32 arithmetic:
+    ``log(float32(n) / max_exact) / log(max_distance / max_exact) * (nb - me)`` truncated
+    toward zero, capped at ``nb - 1`` (the log correctly rounded)."""
+    denom = np.float32(math.log(max_distance / max_exact))
+
+    def value(n):
+        ratio = n.astype(np.float32) / np.float32(max_exact)
+        logs = np.log(ratio.astype(np.float64)).astype(np.float32)
+        val = logs / denom * np.float32(num_buckets - max_exact)
+        return np.minimum(max_exact + val.astype(np.int64), num_buckets - 1)
+
+    return value
+
+
+@functools.lru_cache(maxsize=64)
+def _t5_steps(num_buckets, max_exact, max_distance, top):
+    """Distances at which T5's logarithmic bucket steps up, up to ``top`` (the largest distance
+    the input can hold): ``bucket(n) = max_exact + #{steps <= n}`` for ``n >= max_exact``.
+    Every distance from ``max_distance`` on has the last bucket, so the search ends there."""
+    value = _t5_value(num_buckets, max_exact, max_distance)
+    targets = np.arange(max_exact + 1, num_buckets, dtype=np.int64)
+    return _first_reaching(value, targets, max_exact, min(max_distance, top))
+
+
+def _deberta_value(bucket_size, max_position):
+    """DeBERTa's log bucket magnitude of distances ``a > mid`` in transformers' float32
+    arithmetic: ``ceil(log(float32(a) / mid) / log(float32((max_position - 1) / mid))
+    * (mid - 1)) + mid`` (the logs correctly rounded)."""
+    mid = bucket_size // 2
+    span = np.float32((max_position - 1) / mid)  # torch.tensor(python float): float32
+    denom = np.log(span.astype(np.float64)).astype(np.float32)
+
+    def value(a):
+        ratio = a.astype(np.float32) / np.float32(mid)
+        logs = np.log(ratio.astype(np.float64)).astype(np.float32)
+        return (np.ceil(logs / denom * np.float32(mid - 1)) + mid).astype(np.int64)
+
+    return value
+
+
+def _deberta_top(bucket_size, max_position, top) -> int:
+    """The largest bucket magnitude of distances up to ``top``."""
+    mid = bucket_size // 2
+    if top <= mid:
+        return top
+    return max(mid, int(_deberta_value(bucket_size, max_position)(np.array([top]))[0]))
+
+
+@functools.lru_cache(maxsize=64)
+def _deberta_steps(bucket_size, max_position, top):
+    """Distances ``a > mid`` at which DeBERTa's log bucket steps up, up to ``top``: the
+    magnitude is ``mid + #{steps <= a}`` (a step repeats where the bucket jumps by more than
+    one). ``mid - 1 = 0`` (bucket sizes 2 and 3) gives no step: every distance past ``mid`` has
+    the bucket ``mid``, as in transformers."""
+    mid = bucket_size // 2
+    if top <= mid:
+        return np.zeros((0,), dtype=np.int64)
+    vmax = _deberta_top(bucket_size, max_position, top)
+    targets = np.arange(mid + 1, vmax + 1, dtype=np.int64)
+    return _first_reaching(_deberta_value(bucket_size, max_position), targets, mid, top)
+
+
+def _distance_top(xp, dtype, wide) -> int:
+    """The largest ``|value|`` an integer ``dtype`` holds, capped at the index dtype's maximum
+    (``float32(2**63 - 1) == 2**63``: the buckets of the two are equal)."""
+    info = xp.iinfo(dtype)
+    return min(max(int(info.max), -int(info.min)), int(xp.iinfo(wide).max))
+
+
+def _bucket_dtype(xp, dtype, wide, largest: int):
+    """``dtype`` when it is signed and holds every bucket (``|bucket| <= largest``), else the
+    index dtype: buckets of int8 distances may not fit int8, and buckets are signed."""
+    info = xp.iinfo(dtype)
+    return dtype if info.min < 0 and largest <= info.max else wide
 
 
 def _steps_array(xp, steps, like):
-    """Host steps as an array of ``like``'s dtype/device, dropping steps it cannot hold."""
-    top = xp.iinfo(like.dtype).max
-    steps = np.asarray([s for s in steps.tolist() if s <= top], dtype=np.int64)
+    """Host steps as an array of ``like``'s (index) dtype and device."""
     return xp.asarray(steps, dtype=like.dtype, device=device_of(like))
 
 
@@ -335,8 +396,8 @@ def t5_bucket(relative, /, *, bidirectional=True, num_buckets=32, max_distance=1
     xp = array_namespace(relative, name="relative")
     check_array(xp, relative, "relative", kind="integer")
     bidirectional = check_bool(bidirectional, "bidirectional")
-    num_buckets = check_positive_int(num_buckets, "num_buckets")
-    max_distance = check_positive_int(max_distance, "max_distance")
+    num_buckets = check_positive_int(num_buckets, "num_buckets", maximum=MAX_BUCKETS)
+    max_distance = check_positive_int(max_distance, "max_distance", maximum=2**63)
     nb = num_buckets // 2 if bidirectional else num_buckets
     max_exact = nb // 2
     if max_exact < 1:
@@ -348,44 +409,23 @@ def t5_bucket(relative, /, *, bidirectional=True, num_buckets=32, max_distance=1
         raise ValueError(
             f"max_distance must be > {max_exact} (half of the buckets are exact), got {max_distance}"
         )
-    zero = xp.zeros_like(relative)
+    rel = as_index(xp, relative, "relative")  # no abs overflow, no unsigned wrap-around
+    top = min(max_distance, _distance_top(xp, relative.dtype, rel.dtype))
+    # every distance from max_distance on has the last bucket: clipping there is exact, and
+    # abs cannot overflow at the dtype's minimum
+    rel = xp.clip(rel, min=-top, max=top)
+    zero = xp.zeros_like(rel)
     if bidirectional:
-        offset = xp.where(relative > 0, zero + nb, zero)
-        n = xp.abs(relative)
+        offset = xp.where(rel > 0, zero + nb, zero)
+        n = xp.abs(rel)
     else:
         offset = zero
-        n = -xp.minimum(relative, zero)
-    steps = _steps_array(xp, _t5_steps(nb, max_exact, max_distance), relative)
+        n = -xp.minimum(rel, zero)
+    steps = _steps_array(xp, _t5_steps(nb, max_exact, max_distance, top), rel)
     large = max_exact + _count_steps(xp, steps, n)
-    return offset + xp.where(n < max_exact, n, large)
-
-
-@functools.lru_cache(maxsize=64)
-def _deberta_steps(bucket_size, max_position):
-    """Distances ``a > mid`` at which DeBERTa's log bucket steps up, up to ``a = 2**62``.
-
-    transformers: ``ceil(log(float32(a) / mid) / log(float32((max_position-1)/mid)) * (mid-1))
-    + mid`` in float32; found for every value by a vectorised bisection on the host.
-    """
-    mid = bucket_size // 2
-    denom = np.float32(math.log((max_position - 1) / mid))
-
-    def value(a):
-        ratio = a.astype(np.float32) / np.float32(mid)
-        logs = np.log(ratio.astype(np.float64)).astype(np.float32)
-        return (np.ceil(logs / denom * np.float32(mid - 1)) + mid).astype(np.int64)
-
-    top = np.int64(2**62)
-    vmax = int(value(np.array([top]))[0])
-    targets = np.arange(mid + 2, vmax + 1, dtype=np.int64)  # value(mid + 1) == mid + 1
-    lo = np.full(targets.shape, mid + 1, dtype=np.int64)  # value(lo) < target
-    hi = np.full(targets.shape, top, dtype=np.int64)  # value(hi) >= target
-    while np.any(hi - lo > 1):
-        m = lo + (hi - lo) // 2
-        ok = value(m) >= targets
-        hi = np.where(ok, m, hi)
-        lo = np.where(ok, lo, m)
-    return np.concatenate([np.array([mid + 1], dtype=np.int64), hi])
+    out = offset + xp.where(n < max_exact, n, large)
+    dtype = _bucket_dtype(xp, relative.dtype, rel.dtype, num_buckets - 1)
+    return out if dtype == out.dtype else xp.astype(out, dtype)
 
 
 def deberta_bucket(relative, /, *, bucket_size=256, max_position=512):
@@ -432,19 +472,31 @@ def deberta_bucket(relative, /, *, bucket_size=256, max_position=512):
     """
     xp = array_namespace(relative, name="relative")
     check_array(xp, relative, "relative", kind="integer")
-    bucket_size = check_positive_int(bucket_size, "bucket_size", minimum=2)
-    max_position = check_positive_int(max_position, "max_position")
+    bucket_size = check_positive_int(bucket_size, "bucket_size", minimum=2, maximum=2**31)
+    max_position = check_positive_int(max_position, "max_position", maximum=2**63)
     mid = bucket_size // 2
     if max_position <= mid + 1:
         raise ValueError(
             f"max_position must be > bucket_size // 2 + 1 = {mid + 1}, got {max_position}"
         )
-    rel = -relative
+    rel = as_index(xp, relative, "relative")  # no negation overflow, no unsigned wrap-around
+    top = _distance_top(xp, relative.dtype, rel.dtype)
+    largest = _deberta_top(bucket_size, max_position, top)
+    if largest - mid > MAX_BUCKETS:
+        raise ValueError(
+            f"bucket_size={bucket_size} with max_position={max_position} gives "
+            f"{largest - mid} log buckets for {relative.dtype} distances, more than "
+            f"{MAX_BUCKETS} (2**20); use a smaller bucket_size or a max_position further "
+            "above bucket_size // 2"
+        )
+    rel = -xp.clip(rel, min=-top, max=top)  # only the index dtype's minimum moves: same bucket
     a = xp.abs(rel)
-    steps = _steps_array(xp, _deberta_steps(bucket_size, max_position), a)
+    steps = _steps_array(xp, _deberta_steps(bucket_size, max_position, top), a)
     mag = mid + _count_steps(xp, steps, a)
     sign = xp.where(rel < 0, xp.zeros_like(rel) - 1, xp.ones_like(rel))
-    return xp.where(a <= mid, rel, sign * mag)
+    out = xp.where(a <= mid, rel, sign * mag)
+    dtype = _bucket_dtype(xp, relative.dtype, rel.dtype, largest)
+    return out if dtype == out.dtype else xp.astype(out, dtype)
 
 
 # --------------------------------------------------------------------------- bias and shift
@@ -488,7 +540,7 @@ def relative_bias(table, index, /):
     check_array(xp, index, "index", kind="integer")
     if table.ndim != 2:
         raise ValueError(f"table must have shape (num_buckets, heads), got {tuple(table.shape)}")
-    _check_index_range(xp, index, table.shape[0], "index", "table")
+    index = check_index(xp, index, table.shape[0], "index", "the rows of table")
     shape = tuple(index.shape)
     rows = xp.take(table, xp.reshape(index, (-1,)), axis=0)  # (prod(P), heads)
     rows = xp.reshape(rows, shape + (table.shape[1],))
@@ -562,12 +614,13 @@ def _check_qd(q, table, qname, tname):
 
 
 def _check_index(xp, index, q, n, qname, tname):
+    """``index`` ``(q, k)`` into the ``n`` rows of ``tname``, in the index dtype."""
     check_array(xp, index, "index", kind="integer")
     if index.ndim != 2 or index.shape[0] != q:
         raise ValueError(
             f"index must have shape ({q}, k) (one row per row of {qname}), got {tuple(index.shape)}"
         )
-    _check_index_range(xp, index, n, "index", tname)
+    return check_index(xp, index, n, "index", f"the rows of {tname}")
 
 
 def shaw_key_scores(q, table, index, /):
@@ -614,11 +667,22 @@ def shaw_key_scores(q, table, index, /):
     """
     xp = array_namespace(q, table, index, name="q, table and index")
     check_array(xp, q, "q", kind="floating", min_ndim=2)
-    check_array(xp, table, "table", kind="floating", min_ndim=2)
-    if table.ndim != 2:
-        raise ValueError(f"table must have shape (num_rows, dim), got {tuple(table.shape)}")
-    _check_qd(q, table, "q", "table")
-    _check_index(xp, index, q.shape[-2], table.shape[0], "q", "table")
+    index = check_shaw_key(xp, q, table, index)
+    work, out = work_float(xp, q.dtype, table.dtype)
+    s = shaw_key(xp, xp.astype(q, work), xp.astype(table, work), index)
+    return xp.astype(s, out)
+
+
+def check_shaw_key(xp, q, table, index, tname="table"):
+    """Shaw's key table ``(num_rows, dim)`` and ``(q, k)`` index for queries ``q``; returns
+    the index in the index dtype."""
+    check_array(xp, table, tname, kind="floating", ndim=2, shape_hint="(num_rows, dim)")
+    _check_qd(q, table, "q", tname)
+    return _check_index(xp, index, q.shape[-2], table.shape[0], "q", tname)
+
+
+def shaw_key(xp, q, table, index):
+    """``q . table[index]`` per pair (validated, one dtype): a product, then a gather."""
     return _gather_last(xp, _matmul_t(xp, q, table), index)
 
 
@@ -668,24 +732,33 @@ def shaw_value_term(weights, table, index, /):
     """
     xp = array_namespace(weights, table, index, name="weights, table and index")
     check_array(xp, weights, "weights", kind="floating", min_ndim=2)
-    check_array(xp, table, "table", kind="floating", min_ndim=2)
-    if table.ndim != 2:
-        raise ValueError(f"table must have shape (num_rows, dim), got {tuple(table.shape)}")
-    _check_index(xp, index, weights.shape[-2], table.shape[0], "weights", "table")
-    if index.shape[1] != weights.shape[-1]:
+    index = check_shaw_value(xp, tuple(weights.shape), table, index, "weights")
+    work, out = work_float(xp, weights.dtype, table.dtype)
+    term = shaw_value(xp, xp.astype(weights, work), xp.astype(table, work), index)
+    return xp.astype(term, out)
+
+
+def check_shaw_value(xp, weights_shape, table, index, wname="scores", tname="table"):
+    """Shaw's value table ``(num_rows, dim)`` and the ``(q, k)`` index of weights of shape
+    ``weights_shape``; returns the index in the index dtype."""
+    check_array(xp, table, tname, kind="floating", ndim=2, shape_hint="(num_rows, dim)")
+    index = _check_index(xp, index, weights_shape[-2], table.shape[0], wname, tname)
+    if index.shape[1] != weights_shape[-1]:
         raise ValueError(
-            f"index must have the shape of weights' last two axes {tuple(weights.shape[-2:])}, "
+            f"index must have the shape of {wname}' last two axes {tuple(weights_shape[-2:])}, "
             f"got {tuple(index.shape)}"
         )
-    return _shaw_value(xp, weights, table, index)
+    return index
 
 
-def _shaw_value(xp, weights, table, index):
+def shaw_value(xp, weights, table, index):
+    """``sum_j weights[.., i, j] table[index[i, j]]`` (validated, one dtype): the weights
+    scattered into the table's rows, then one product."""
     zero = xp.zeros_like(weights)
     buckets = [xp.sum(xp.where(index == b, weights, zero), axis=-1)
                for b in range(table.shape[0])]
     scattered = xp.stack(buckets, axis=-1)  # (..., q, num_rows)
-    return xp.matmul(scattered, xp.astype(table, weights.dtype))
+    return xp.matmul(scattered, table)
 
 
 # --------------------------------------------------------------------------- Transformer-XL
@@ -746,9 +819,11 @@ def transformer_xl_scores(q, k, r, u, v, /):
         )
     if k.shape[-2] < q.shape[-2]:
         raise ValueError(f"k must have at least as many rows as q, got {k.shape} and {q.shape}")
+    work, out = work_float(xp, q.dtype, k.dtype, r.dtype)
+    q, k, r, u, v = (xp.astype(a, work) for a in (q, k, r, u, v))
     content = _matmul_t(xp, q + u, k)
     position = _rel_shift(xp, _matmul_t(xp, q + v, r))
-    return content + position
+    return xp.astype(content + position, out)
 
 
 # --------------------------------------------------------------------------- DeBERTa
@@ -831,15 +906,17 @@ def deberta_scores(q, k, pos_key, pos_query, bucket, /, *, scale_factor=None):
     if scale_factor is None:
         scale_factor = 1.0 + terms
     scale_factor = check_real_scalar(scale_factor, "scale_factor", positive=True)
+    work, out = work_float(xp, q.dtype, k.dtype)
+    q, k = xp.astype(q, work), xp.astype(k, work)
     scores = _matmul_t(xp, q, k)
     if rows is not None:
         span = rows // 2
-        idx = xp.clip(bucket + span, min=0, max=2 * span - 1)
+        idx = xp.clip(as_index(xp, bucket, "bucket") + span, min=0, max=2 * span - 1)
         if pos_key is not None:
-            scores = scores + _gather_last(xp, _matmul_t(xp, q, pos_key), idx)
+            scores = scores + _gather_last(xp, _matmul_t(xp, q, xp.astype(pos_key, work)), idx)
         if pos_query is not None:
             # p2c[i, j] = (k pos_query^T)[j, idx[i, j]]: gather along the key rows' buckets
-            s = _matmul_t(xp, k, pos_query)  # (..., k, 2 span)
+            s = _matmul_t(xp, k, xp.astype(pos_query, work))  # (..., k, 2 span)
             s_t = _gather_last(xp, s, xp.matrix_transpose(idx))  # [j, i] = s[j, idx[i, j]]
             scores = scores + xp.matrix_transpose(s_t)
-    return scores / math.sqrt(q.shape[-1] * scale_factor)
+    return xp.astype(scores / math.sqrt(q.shape[-1] * scale_factor), out)

@@ -88,7 +88,7 @@ def _check_scaling(scaling):
     return scaling
 
 
-def rope_frequencies(dim, /, *, base=10000.0, scaling=None, seq_len=None, dtype=None,
+def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None, dtype=None,
                      device=None, xp=None):
     """Inverse frequencies of a rotary width ``dim`` and the attention factor.
 
@@ -169,7 +169,7 @@ def _host_frequencies(dim, base, scaling, seq_len):
     return np.array(inv, dtype=np.float64), att
 
 
-def pixel_frequencies(dim, /, *, max_freq=10.0, dtype=None, device=None, xp=None):
+def pixel_frequencies(dim, *, max_freq=10.0, dtype=None, device=None, xp=None):
     """Rotary frequencies for coordinates in ``[-1, 1]`` (rotary-embedding-torch ``"pixel"``).
 
     ``linspace(1, max_freq / 2, dim // 2) * pi``: the lowest frequency turns half a circle over
@@ -221,7 +221,7 @@ def pixel_frequencies(dim, /, *, max_freq=10.0, dtype=None, device=None, xp=None
     return xp.asarray(freqs, dtype=dtype, device=device)
 
 
-def period_frequencies(dim, /, *, min_period, max_period, dtype=None, device=None, xp=None):
+def period_frequencies(dim, *, min_period, max_period, dtype=None, device=None, xp=None):
     """Rotary frequencies ``2 pi / period`` with periods geometric from ``min_period`` to
     ``max_period`` (DINOv3's ``min_period``/``max_period`` schedule).
 
@@ -440,7 +440,7 @@ def _table_args(positions, inv_freq, layout, attention_factor, axes, dtype):
     return xp, pos, inv_freq, layout, attention_factor, axes, dtype
 
 
-def mrope_axes(sections, /, *, interleaved=False):
+def mrope_axes(sections, *, interleaved=False):
     """Which coordinate (0 = t, 1 = h, 2 = w) each frequency of multimodal RoPE turns with.
 
     Qwen2-VL (``interleaved=False``): ``sections[k]`` consecutive frequencies per chunk, chunk
@@ -919,7 +919,7 @@ def _xpos_rates(dim: int, scale_base: float) -> np.ndarray:
     return out
 
 
-def xpos_scale(positions, dim, /, *, scale_base=512.0, layout="half", dtype=None):
+def xpos_scale(positions, /, dim, *, scale_base=512.0, layout="half", dtype=None):
     """The xPos scale (Sun et al. 2022): ``zeta_i ** (p / scale_base)``, full width.
 
     ``zeta_i = (2i/dim + 0.4) / 1.4`` for ``i < dim/2``, laid out like the cos/sin tables

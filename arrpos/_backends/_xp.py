@@ -17,7 +17,7 @@ from decimal import Decimal, localcontext
 import numpy as np
 
 from .._exact import PI, decimal_pieces
-from .._lib import device_of, has_float64
+from .._lib import device_of, float_bits, has_float64, round_once
 
 __all__ = ["frequency_arrays", "sincos", "sinusoid_table"]
 
@@ -203,8 +203,8 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     device = device_of(positions)
     w_hi, w_lo = frequency_arrays(hi, lo, xp=xp, device=device)
     s, c = sincos(positions, w_hi, w_lo, xp=xp)
-    s = xp.astype(s, dtype)
-    c = xp.astype(c, dtype)
+    s = round_once(xp, s, dtype)  # 16-bit tables: one rounding, as the compiled kernels
+    c = round_once(xp, c, dtype)
     if layout == "interleaved":
         table = xp.reshape(xp.stack([s, c], axis=-1), s.shape[:-1] + (2 * s.shape[-1],))
     elif layout == "split":
@@ -285,13 +285,6 @@ def _rotate(xr, layout, xp):
     return xp.reshape(pairs, xr.shape)
 
 
-def _bits(xp, dtype) -> int:
-    try:
-        return int(xp.finfo(dtype).bits)
-    except (TypeError, ValueError, AttributeError):  # extension dtypes finfo does not know
-        return 8 * int(getattr(dtype, "itemsize", 4))
-
-
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     """Rotate the first ``cos.shape[-1]`` features of ``x``; the rest pass through.
 
@@ -304,7 +297,7 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     r = cos.shape[-1]
     d = x.shape[-1]
     xr = x[..., :r] if r < d else x
-    if _bits(xp, x.dtype) == 16 and _bits(xp, cos.dtype) == 16:
+    if float_bits(xp, x.dtype) == 16 and float_bits(xp, cos.dtype) == 16:
         # 16-bit data: computed in float32 and rounded once, like the kernels
         xr, cos, sin = (xp.astype(a, xp.float32) for a in (xr, cos, sin))
     rot = _rotate(xr, layout, xp)
@@ -439,6 +432,7 @@ def xpos_scale(positions, rate, *, layout, dtype, xp):
     dev = device_of(positions)
     if has_float64(xp, dev):
         p = xp.astype(positions, xp.float64)[..., None]
+        rate = np.array(rate, dtype=np.float64)  # a writable copy: torch warns on read-only
         scale = xp.exp(p * xp.asarray(rate, dtype=xp.float64, device=dev))
     else:
         r_hi, r_lo = frequency_arrays(rate, None, xp=xp, device=dev)
@@ -470,18 +464,23 @@ def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
     Distances are exact integers converted once to ``dtype``; one multiply per element.
     """
     dev = device_of(slopes)
-    s = xp.reshape(xp.astype(slopes, dtype), (slopes.shape[0], 1, 1))
+    # 16-bit: distances beyond 256 (bfloat16) or 2048 (float16) are not exact in dtype; the
+    # product of a 16-bit slope and an integer below 2**42 is exact in float64, rounded once
+    work = dtype
+    if float_bits(xp, dtype) <= 16 and has_float64(xp, dev):
+        work = xp.float64
+    s = xp.reshape(xp.astype(slopes, work), (slopes.shape[0], 1, 1))
     kpos = xp.reshape(xp.arange(key_len, device=dev), (1, key_len))
     if mode == "key":
-        row = xp.astype(kpos, dtype)
-        return s * xp.broadcast_to(row, (query_len, key_len))
+        row = xp.astype(kpos, work)
+        return round_once(xp, s * xp.broadcast_to(row, (query_len, key_len)), dtype)
     qpos = xp.reshape(xp.arange(query_len, device=dev) + query_offset, (query_len, 1))
     back = kpos - qpos  # -(q_pos - k_pos)
     if mode == "causal":
         back = xp.clip(back, max=0)  # keys after the query get 0 (+0.0, not -0.0)
     else:
         back = -xp.abs(back)
-    return s * xp.astype(back, dtype)
+    return round_once(xp, s * xp.astype(back, work), dtype)
 
 
 __all__ += ["alibi_bias"]

@@ -1,6 +1,8 @@
 """Namespace inference and dtype/device defaults (the one importer of array-api-compat)."""
 from __future__ import annotations
 
+import re
+
 import array_api_compat as _compat
 import numpy as _np  # a dependency of arrpos: exact-type checks give NumPy arrays fast paths
 
@@ -12,15 +14,21 @@ __all__ = [
     "dense_array",
     "detached",
     "dtype_kind",
+    "dtype_name",
     "device_of",
     "has_float64",
     "has_zero_stride",
+    "finfo",
+    "float_bits",
+    "index_dtype",
+    "is_dtype",
     "is_lazy",
     "is_read_only",
     "is_writeable",
     "memory_overlap",
     "namespace_for",
     "to_numpy",
+    "work_float",
 ]
 
 _NAMESPACE_CACHE: dict[int, object] = {}
@@ -70,36 +78,52 @@ def _namespace_by_type(arrays):
 
 
 def array_namespace(*arrays, xp=None, name="arrays", dtype=None):
-    """Namespace of the array arguments (None and Python scalars ignored).
+    """Namespace of the array arguments (None and Python scalars ignored): the boundary every
+    public function passes all its arrays through, in signature order.
 
     With no array, ``xp`` if given, else the library of a ``dtype`` object
-    (``dtype=torch.float32`` selects torch), else NumPy. A mix of libraries is a TypeError
-    naming ``name``.
+    (``dtype=torch.float32`` selects torch), else NumPy. ``name`` lists the arguments in the
+    order given (``"q, k, v and bias"``) so that errors name the one at fault:
+
+    * a mix of libraries is a TypeError naming both arguments and the conversion to write
+      (nothing is converted behind the caller's back, so no hidden device copy);
+    * arrays on different devices are a ValueError naming both (a torch op would otherwise
+      answer with the CPU argument's device, or with garbage for a meta tensor);
+    * NumPy subclasses whose arithmetic differs from ``ndarray`` (``np.matrix``: ``*`` is a
+      matrix product; masked arrays: the mask would be dropped silently) are a TypeError
+      naming the argument; other subclasses (``np.memmap``) keep ndarray's arithmetic and
+      pass.
     """
     if xp is None and dtype is not None and not any(_is_array(a) for a in arrays):
         xp = _library_of_dtype(dtype)
     if xp is None:
         ns = _namespace_by_type(arrays)
         if ns is not None:
+            if type(arrays[0]) is not _NDARRAY:  # one device for NumPy; others: check
+                _check_devices(arrays, name)
             return ns
     found = [a for a in arrays if a is not None and _is_array(a)]
+    _check_subclasses(arrays, name)
     if xp is not None:
         ns = namespace_for(xp)
         if found:
             have = _compat.array_namespace(*found)
             if have is not ns:
+                lib = getattr(xp, "__name__", repr(xp))
                 raise TypeError(
-                    f"xp={getattr(xp, '__name__', xp)!r} does not match the namespace of "
-                    f"{name} ({have.__name__})"
+                    f"xp={lib} does not match {name} ({_library(found[0])} arrays): leave xp "
+                    f"out (it is inferred from the arrays) or convert them with "
+                    f"{lib}.asarray(...)"
                 )
+        _check_devices(arrays, name)
         return ns
     if not found:
         return namespace_for(_numpy())
     try:
         ns = _compat.array_namespace(*found)
-    except TypeError as exc:
-        kinds = ", ".join(sorted({type(a).__module__ + "." + type(a).__name__ for a in found}))
-        raise TypeError(f"{name} come from different array libraries ({kinds}): {exc}") from None
+    except TypeError:
+        raise TypeError(_mixed_libraries(arrays, name)) from None
+    _check_devices(arrays, name)
     t = type(found[0])
     if all(type(a) is t for a in found) and (
         _compat.is_numpy_array(found[0]) or _compat.is_torch_array(found[0])
@@ -107,6 +131,84 @@ def array_namespace(*arrays, xp=None, name="arrays", dtype=None):
     ):
         _TYPE_NAMESPACE[t] = ns
     return ns
+
+
+def _argument_names(name: str, n: int) -> list[str]:
+    """The argument names in ``name`` ("q, k, v and bias"), or generic ones when it does not
+    list exactly ``n``."""
+    parts = [p.strip() for p in re.split(r",\s*(?:and\s+)?|\s+and\s+", name) if p.strip()]
+    if len(parts) == n:
+        return parts
+    return [f"{name} (argument {i + 1})" for i in range(n)]
+
+
+def _library(a) -> str:
+    """The library an array comes from, as a user imports it (numpy, torch, jax, ...)."""
+    mod = type(a).__module__.split(".")[0]
+    return {"jaxlib": "jax", "builtins": "Python"}.get(mod, mod)
+
+
+def _mixed_libraries(arrays, name: str) -> str:
+    names = _argument_names(name, len(arrays))
+    seen = [(n, a) for n, a in zip(names, arrays) if a is not None and _is_array(a)]
+    first_name, first = seen[0]
+    lib = _library(first)
+    other_name, other = next((n, a) for n, a in seen if _library(a) != lib)
+    where = f", device={first_name}.device" if lib in ("torch", "cupy", "jax") else ""
+    return (f"{name} must come from one array library (nothing is converted behind your "
+            f"back): {first_name} is a {lib} array but {other_name} is a {_library(other)} "
+            f"array; convert it first, e.g. {lib}.asarray({other_name}{where})")
+
+
+def _check_subclasses(arrays, name: str) -> None:
+    """NumPy's subclasses whose arithmetic is not ndarray's are a TypeError naming the
+    argument: ``np.matrix`` (``*`` is a matrix product: wrong numbers) and masked arrays (the
+    mask would be dropped: masked values in the result). Subclasses that keep ndarray's
+    arithmetic (``np.memmap``, views that tag an array) pass."""
+    for i, a in enumerate(arrays):
+        if type(a) is _NDARRAY or not isinstance(a, (_np.matrix, _np.ma.MaskedArray)):
+            continue
+        arg = _argument_names(name, len(arrays))[i]
+        if isinstance(a, _np.ma.MaskedArray):
+            why = ("its mask would be dropped silently (masked values would enter the result); "
+                   f"fill the masked entries yourself ({arg}.filled(value)) or pass a mask "
+                   "argument where the function has one")
+        else:
+            why = f"its * and ** are matrix products; pass np.asarray({arg})"
+        t = type(a)
+        raise TypeError(f"{arg} must be a plain NumPy array, got a {t.__module__}.{t.__name__}: "
+                        f"{why}")
+
+
+def _device(a):
+    """The device of an array (torch's attribute read directly: it is on hot paths), or None
+    when it cannot be read (a traced value)."""
+    if _compat.is_torch_array(a):
+        return a.device
+    try:
+        return _compat.device(a)
+    except Exception:  # tracers and other values without a device
+        return None
+
+
+def _check_devices(arrays, name: str) -> None:
+    """All array arguments on one device, else a ValueError naming two of them."""
+    first = None
+    for i, a in enumerate(arrays):
+        if a is None or not _is_array(a) or type(a) is _NDARRAY:
+            continue
+        dev = _device(a)
+        if dev is None:
+            continue
+        if first is None:
+            first = (i, dev)
+        elif dev != first[1]:
+            names = _argument_names(name, len(arrays))
+            raise ValueError(
+                f"{names[i]} is on device {dev} but {names[first[0]]} is on {first[1]}: the "
+                f"arrays of one call must share a device (nothing is moved behind your back); "
+                f"move {names[i]} yourself, e.g. {names[i]}.to({names[first[0]]}.device)"
+            )
 
 
 def _numpy():
@@ -189,6 +291,18 @@ def has_float64(xp, device=None) -> bool:
         return "float64" in info.dtypes(kind="real floating")
 
 
+def index_dtype(xp, device=None):
+    """The widest signed integer dtype on ``device``: int64, or int32 where there is none
+    (JAX without x64). Indices, distances and buckets are formed in it: no overflow for any
+    narrower input, signed or unsigned."""
+    info = xp.__array_namespace_info__()
+    try:
+        have = info.dtypes(device=device, kind="signed integer")
+    except TypeError:  # namespaces whose info.dtypes takes no device
+        have = info.dtypes(kind="signed integer")
+    return xp.int64 if "int64" in have else xp.int32
+
+
 _DTYPE_KIND: dict[tuple[int, object], str] = {}
 
 
@@ -206,6 +320,52 @@ def dtype_kind(xp, dtype) -> str:
     return kind
 
 
+def is_dtype(xp, dtype, kind: str) -> bool:
+    """``xp.isdtype(dtype, kind)`` for the kinds of :func:`dtype_kind` ("bool", "integral",
+    "real floating", "complex floating"), also for extension dtypes NumPy's ``isdtype``
+    refuses (``ml_dtypes.bfloat16``)."""
+    return dtype_kind(xp, dtype) == kind
+
+
+def dtype_name(dtype) -> str:
+    """``"int64"`` for NumPy's, torch's and JAX's dtype objects alike (for messages)."""
+    return getattr(dtype, "__name__", None) or str(dtype).rsplit(".", 1)[-1]
+
+
+def finfo(xp, dtype):
+    """``xp.finfo(dtype)``, also for ``ml_dtypes.bfloat16`` NumPy arrays (whose ``finfo`` NumPy
+    does not know: ml_dtypes' own answers)."""
+    try:
+        return xp.finfo(dtype)
+    except (TypeError, ValueError, AttributeError):
+        import sys
+
+        ml = sys.modules.get("ml_dtypes")  # loaded by whoever made such an array
+        if ml is None:
+            raise
+        return ml.finfo(dtype)
+
+
+def float_bits(xp, dtype) -> int:
+    """Bits of a floating dtype (16 for float16 and every bfloat16, ml_dtypes' included)."""
+    try:
+        return int(finfo(xp, dtype).bits)
+    except (TypeError, ValueError, AttributeError):  # extension dtypes finfo does not know
+        return 8 * int(getattr(dtype, "itemsize", 4))
+
+
+def work_float(xp, *dtypes):
+    """``(work, out)`` for arithmetic on floating arrays of ``dtypes``: ``out`` their promoted
+    dtype, ``work`` the same or float32 when it has 16 bits (float16 overflows at 65504 and
+    bfloat16 keeps 8 bits: sums, products and exponentials are formed in float32 and rounded
+    once to ``out``)."""
+    out = dtypes[0]
+    for d in dtypes[1:]:
+        if d != out:
+            out = xp.result_type(out, d)
+    return (xp.float32 if float_bits(xp, out) < 32 else out), out
+
+
 def _dtype_kind(xp, dtype) -> str:
     try:
         for kind in ("bool", "integral", "real floating", "complex floating"):
@@ -220,11 +380,16 @@ def _dtype_kind(xp, dtype) -> str:
 
 
 def is_lazy(x) -> bool:
-    """True for arrays whose values cannot be read cheaply: Dask arrays and JAX tracers.
+    """True for arrays whose values cannot be read (or not cheaply): Dask arrays, JAX tracers,
+    torch meta tensors and fake tensors (``torch.compile`` / ``FakeTensorMode`` tracing).
 
     array-api-compat calls every JAX array lazy; a concrete one (outside jit) can be read, so
-    value checks still run on it.
+    value checks still run on it. Every value check of the package asks this first.
     """
+    if type(x) is _NDARRAY:
+        return False
+    if _compat.is_torch_array(x):
+        return x.is_meta or _is_fake_tensor(x)
     if not _compat.is_lazy_array(x):
         return False
     if _compat.is_jax_array(x):
@@ -232,6 +397,13 @@ def is_lazy(x) -> bool:
 
         return isinstance(x, sys.modules["jax"].core.Tracer)
     return True
+
+
+def _is_fake_tensor(x) -> bool:
+    import sys
+
+    fake = sys.modules.get("torch._subclasses.fake_tensor")  # loaded by whoever makes them
+    return fake is not None and isinstance(x, fake.FakeTensor)
 
 
 _BACKEND_NAME: dict[int, str] = {}

@@ -8,6 +8,7 @@ ranges; enumerated strings; finite reals; output sizes); positions have their ow
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 
 import numpy as _np
@@ -28,8 +29,10 @@ __all__ = [
     "check_positive_int",
     "check_real_array",
     "check_real_scalar",
+    "check_shape",
     "check_size",
     "describe",
+    "not_an_array",
 ]
 
 # Largest number of elements any function here builds (2**34: 64 GiB of float32); a bigger
@@ -141,6 +144,34 @@ _KINDS = {
 }
 
 
+def not_an_array(value, name: str, what: str) -> TypeError:
+    """The TypeError for a non-array where ``what`` (an array kind) is expected. Array-likes
+    (lists, tuples, Python scalars) are refused by every function, consistently: they carry no
+    library, device or dtype, and arrays are never made behind the caller's back; the message
+    says what to write instead."""
+    hint = ""
+    if isinstance(value, (list, tuple, int, float, complex)) and not isinstance(value, bool):
+        hint = (f"; arrays are not made from lists or scalars for you: pass an array of "
+                f"your library, e.g. np.asarray({name}) or torch.asarray({name}, device=...)")
+    return TypeError(f"{name} must be {what}, got {describe(value)}{hint}")
+
+
+def check_shape(value, name: str, *, minimum: int = 1, example: str = "(7, 7)") -> tuple:
+    """A sequence of ints, one per axis (each >= ``minimum``), as a non-empty tuple. A bare int
+    is a TypeError: it is ambiguous between a 1-D shape and a square one (timm and Swin read
+    ``14`` as ``(14, 14)``)."""
+    if isinstance(value, (bool, str, bytes, numbers.Number)) or not hasattr(value, "__iter__"):
+        raise TypeError(
+            f"{name} must be a sequence of ints, one per axis (e.g. {example}; a bare int is "
+            f"ambiguous between a 1-D and a square {name}: write (n,) or (n, n)), got "
+            f"{describe(value)}"
+        )
+    value = tuple(value)
+    if not value:
+        raise ValueError(f"{name} must have at least one axis, got ()")
+    return tuple(check_int(v, f"{name}[{i}]", minimum=minimum) for i, v in enumerate(value))
+
+
 def check_array(xp, x, name: str, *, kind: str = "real", ndim: int | None = None,
                 min_ndim: int = 0, shape_hint: str = ""):
     """``x`` if it is an array of ``xp`` with a dtype of ``kind`` and the wanted ndim.
@@ -151,7 +182,7 @@ def check_array(xp, x, name: str, *, kind: str = "real", ndim: int | None = None
     """
     kinds, what = _KINDS[kind]
     if not (hasattr(x, "dtype") and hasattr(x, "shape") and hasattr(x, "ndim")):
-        raise TypeError(f"{name} must be {what}, got {describe(x)}")
+        raise not_an_array(x, name, what)
     if dtype_kind(xp, x.dtype) not in kinds:
         raise TypeError(f"{name} must be {what}, got dtype {x.dtype}")
     hint = f" {shape_hint}" if shape_hint else ""
