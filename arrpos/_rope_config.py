@@ -31,7 +31,7 @@ HF_KEYS = frozenset({
     "rope_theta", "rope_parameters", "rope_scaling", "rope_interleave", "partial_rotary_factor",
     "rotary_pct", "rotary_dim", "rotary_emb_base", "rope_local_base_freq", "global_rope_theta",
     "local_rope_theta", "swa_rope_theta", "position_embedding_type", "rotary_value",
-    "use_rotary_embedding",
+    "use_rotary_embedding", "compress_rope_theta",
     # widths
     "head_dim", "qk_rope_head_dim", "kv_channels", "attention_head_dim", "hidden_size",
     "num_attention_heads", "n_head", "n_heads", "num_heads", "d_model", "n_embd", "embed_dim",
@@ -186,10 +186,29 @@ _TOP_LEVEL_TEXT = frozenset({"dots3_note", "fuyu", "glm5_next", "hunyuan_vl", "p
                              "qwen2_vl", "qwen2_5_vl"})
 
 
-def _is_vision_dict(config, entry):
-    subs = entry.get("sub_configs", {})
-    return ("vision_config" in subs and not any(key in config for key in subs)
+def _is_vision_dict(config, entry, model_type):
+    """A vision tower's dict that carries its parent's model type (Qwen2-VL's vision_config says
+    "qwen2_vl"): transformers renames that type for its vision_config; told by the keys only a
+    vision tower has."""
+    renamed = entry.get("sub_config_renames", {}).get("vision_config", {})
+    return (model_type in renamed and not any(key in config for key in entry["sub_configs"])
             and any(key in config for key in _VISION_KEYS))
+
+
+def _sub_type(entry, key, sub):
+    """The model type transformers builds sub-config ``key`` as: the dict's own ``model_type``
+    (after the parent class's renames of legacy types) where the parent takes any
+    (AutoConfig), else the class's type whatever the dict says."""
+    default = entry["sub_configs"][key]
+    if key not in entry.get("auto_sub_configs", ()):
+        return default
+    given = sub.get("model_type")
+    renames = entry.get("sub_config_renames", {}).get(key, {})
+    if str(given) in renames:
+        given = renames[str(given)]
+    elif "*" in renames:
+        given = renames["*"]
+    return given or default
 
 
 def resolve(config):
@@ -206,14 +225,14 @@ def resolve(config):
         if entry is None:
             break
         subs = entry.get("sub_configs", {})
-        if _is_vision_dict(config, entry):
-            model_type = subs["vision_config"]
+        if _is_vision_dict(config, entry, model_type):
+            model_type = entry["sub_config_renames"]["vision_config"][model_type]
             continue
         if "text_config" not in subs:
             break
         text = config.get("text_config")
         if isinstance(text, Mapping):  # transformers builds the text model from it alone
-            config, model_type = text, text.get("model_type") or subs["text_config"]
+            config, model_type = text, _sub_type(entry, "text_config", text)
         elif text is None and model_type in _TOP_LEVEL_TEXT:
             model_type = subs["text_config"]  # legacy files: the text keys at the top level
         else:
@@ -282,6 +301,9 @@ def standard_rope_parameters(model_type, config):
     else:
         rp = _mapping(config.get("rope_parameters"), "rope_parameters")
     theta_key, prf = "rope_theta", config.get("partial_rotary_factor")
+    if prf is None and isinstance(entry.get("default_partial_rotary_factor"), float) and (
+            "qk_rope_head_dim" not in config):  # DeepSeek-V4: a class default, not a field
+        prf = entry["default_partial_rotary_factor"]
     if model_type in _NEOX_PCT:
         theta_key = "rotary_emb_base" if "rotary_emb_base" in config else "rope_theta"
         if prf is None:
@@ -295,6 +317,8 @@ def standard_rope_parameters(model_type, config):
               "sliding_attention": {"rope_type": "default", **(flat if both else {}),
                                     "rope_theta": config.get(
                                         local_key, _default_theta(entry, "sliding_attention"))}}
+    if model_type == "deepseek_v4":
+        rp = _deepseek_v4_rope_parameters(rp, config)
     labels = set(config.get("layer_types") or ())
     nested = {k: v for k, v in rp.items() if isinstance(v, Mapping) or (v is None and k in labels)}
     layers = nested or {None: rp}
@@ -316,6 +340,20 @@ def standard_rope_parameters(model_type, config):
             params.setdefault("partial_rotary_factor", prf)
         out[layer_type] = params
     return out
+
+
+def _deepseek_v4_rope_parameters(rp, config):
+    """DeepseekV4Config.__post_init__: a plain rope for the attention ("main") and the file's
+    scaling with ``compress_rope_theta`` for the compressor ("compress"; YaRN without mscale)."""
+    if isinstance(rp.get("main"), Mapping) and isinstance(rp.get("compress"), Mapping):
+        return {"main": rp["main"], "compress": rp["compress"]}
+    flat = {k: v for k, v in rp.items() if k not in ("main", "compress")}
+    compress = {**flat, "rope_theta": config.get("compress_rope_theta", 160000.0)}
+    compress.setdefault("rope_type", compress.pop("type", "default"))
+    if compress["rope_type"] == "yarn":
+        compress.setdefault("attention_factor", 1.0)
+    return {"main": {"rope_type": "default", "rope_theta": config.get("rope_theta", 10000.0)},
+            "compress": compress}
 
 
 def _rope_parameters(config, layer_type, model_type=None):
@@ -461,9 +499,9 @@ def _subconfig(config, key):
     sub = config.get(key)
     if not isinstance(sub, Mapping):
         raise Refusal(f"{parent or 'config'}: subconfig={key!r}: the config has no {key!r} dict")
-    sub_type = MODELS.get(parent, {}).get("sub_configs", {}).get(key)
-    if sub_type and sub.get("model_type") in (None, parent):
-        sub = {**sub, "model_type": sub_type}
+    entry = MODELS.get(parent, {})
+    if key in entry.get("sub_configs", {}):
+        sub = {**sub, "model_type": _sub_type(entry, key, sub)}
     return sub
 
 

@@ -110,6 +110,41 @@ def _defaults(cls):
     return out
 
 
+def _auto_sub_configs(cls, subs):
+    """The sub-config keys whose class is AutoConfig: their dict's ``model_type`` picks the
+    class; for the others the class is fixed, whatever ``model_type`` the dict says (Kimi-K2.5's
+    text_config says ``kimi_k2`` and is a DeepseekV3Config)."""
+    return sorted(key for key, sub_cls in subs.items() if not getattr(sub_cls, "model_type", ""))
+
+
+# a config class's __post_init__ renaming a sub-config dict's model type (legacy checkpoints):
+# `if isinstance(self.K, dict) and self.K.get("model_type"[, d]) == "X": self.K["model_type"] = "Y"`
+# (also `self.K["model_type"] == / in [...] / != ...`)
+_RENAME = re.compile(
+    r'isinstance\(self\.(\w+), dict\) and self\.\1(?:\.get\("model_type"(?:, "\w+")?\)|'
+    r'\["model_type"\]) (==|!=|in) (\[[^\]]*\]|"\w+")[^\n]*\n(?:\s*#[^\n]*\n)*'
+    r'\s*self\.\1\["model_type"\] = "(\w+)"')
+
+
+def _sub_type_renames(ca, model_type):
+    """``{sub-config key: {old model type (or "*": any other): new}}`` of the config class."""
+    import transformers
+
+    mod = ca.model_type_to_module_name(model_type)
+    path = os.path.join(os.path.dirname(transformers.__file__), "models", mod,
+                        f"configuration_{mod}.py")
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        src = f.read()
+    out = {}
+    for key, op, old, new in _RENAME.findall(src):
+        names = re.findall(r'"(\w+)"', old) + (["None"] if "None" in old else [])
+        for name in (["*"] if op == "!=" else names):
+            out.setdefault(key, {})[name] = new
+    return out
+
+
 def _sub_types(ca, model_type, cls):
     subs = getattr(cls, "sub_configs", None) or {}
     if not subs:
@@ -183,6 +218,15 @@ def collect():
             entry["attribute_map"] = attr
         if subs:
             entry["sub_configs"] = subs
+            auto = _auto_sub_configs(cls, getattr(cls, "sub_configs", None) or {})
+            if auto:
+                entry["auto_sub_configs"] = auto
+            renames = _sub_type_renames(ca, mt)
+            if renames:
+                entry["sub_config_renames"] = renames
+        prf = getattr(cls, "default_partial_rotary_factor", None)
+        if prf is not None and _plain(prf) is not None:
+            entry["default_partial_rotary_factor"] = prf
         entry["rotary"] = mt in rotary
         modeling = _modeling_type(ca, mt)
         if modeling != mt:
