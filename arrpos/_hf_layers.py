@@ -19,6 +19,9 @@ __all__ = ["hf_layer_query_scales", "hf_layer_ropes"]
 
 # --- what a config asks for ------------------------------------------------------------------
 
+_MAX_LAYERS = 1 << 16  # more decoder layers than any model has: a malformed config
+
+
 def _layer_types(model_type, config, n_layers):
     types = config.get("layer_types")
     if types is not None:
@@ -104,7 +107,8 @@ def hf_layer_ropes(config, /):
     model_type, resolved = resolve(config)
     name = model_type or "config without model_type"
     try:
-        n_layers = check_positive_int(resolved.get("num_hidden_layers"), "num_hidden_layers")
+        n_layers = check_positive_int(resolved.get("num_hidden_layers"), "num_hidden_layers",
+                                      maximum=_MAX_LAYERS)
         uses_rope = _rope_layers(model_type, resolved, n_layers)
         nested = None not in standard_rope_parameters(model_type, resolved)
         types = _layer_types(model_type, resolved, n_layers) if nested else [None] * n_layers
@@ -141,7 +145,8 @@ def hf_layer_query_scales(config, /):
     model_type, resolved = resolve(config)
     name = model_type or "config without model_type"
     try:
-        n_layers = check_positive_int(resolved.get("num_hidden_layers"), "num_hidden_layers")
+        n_layers = check_positive_int(resolved.get("num_hidden_layers"), "num_hidden_layers",
+                                      maximum=_MAX_LAYERS)
         uses_rope = _rope_layers(model_type, resolved, n_layers)
         layers = standard_rope_parameters(model_type, resolved)
         types = _layer_types(model_type, resolved, n_layers) if None not in layers else (

@@ -203,6 +203,8 @@ def _sub_type(entry, key, sub):
     if key not in entry.get("auto_sub_configs", ()):
         return default
     given = sub.get("model_type")
+    if given is not None and not isinstance(given, str):
+        raise Refusal(f"config[{key!r}]['model_type'] must be a string, got {given!r}")
     renames = entry.get("sub_config_renames", {}).get(key, {})
     if str(given) in renames:
         given = renames[str(given)]
