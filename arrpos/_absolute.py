@@ -62,7 +62,8 @@ def sinusoidal(positions, /, dim, *, base=10000.0, layout="interleaved", dtype=N
     Parameters
     ----------
     positions : int or array
-        An int ``n`` for positions ``0 .. n-1``, or an integer or real array of any shape ``P``.
+        An int ``n`` for positions ``0 .. n-1``, or an integer (any width, signed or unsigned)
+        or real array of any shape ``P``; lists are not arrays (see Raises).
     dim : int
         Number of features (>= 1); even for ``"split"``.
     base : float, optional
@@ -88,7 +89,8 @@ def sinusoidal(positions, /, dim, *, base=10000.0, layout="interleaved", dtype=N
     Raises
     ------
     TypeError
-        ``dim`` not an int, ``positions`` not an int or a real array, ``dtype`` not real floating.
+        ``dim`` not an int, ``positions`` not an int or a real array (a list or tuple included:
+        arrays are never made behind the caller's back), ``dtype`` not real floating.
     ValueError
         ``dim`` < 1 or > 2**17, an odd ``dim`` with ``"split"``; unknown ``layout``;
         ``base <= 0``; positions not finite or ``|p| >= 2**35`` (2**28 without float64); an
@@ -249,7 +251,9 @@ def grid_coords(shape, *, scale=1.0, mode="index", dtype=None, device=None, xp=N
     Parameters
     ----------
     shape : tuple of int
-        Grid shape, e.g. ``(H, W)``.
+        Grid shape, one int per axis, e.g. ``(H, W)``; a 1-D grid is ``(n,)``. A bare int is
+        refused: peers read ``14`` as ``(14, 14)`` (timm's ``to_2tuple``, Swin), so either
+        reading would be silently wrong for someone.
     scale : float, optional
         Multiplies every coordinate (diffusers' ``1 / (n / base_size) / interpolation_scale``).
     mode : {"index", "linspace", "center"}, optional
@@ -268,14 +272,15 @@ def grid_coords(shape, *, scale=1.0, mode="index", dtype=None, device=None, xp=N
     Raises
     ------
     TypeError
-        ``shape`` not a sequence of ints, ``dtype`` not real floating.
+        ``shape`` not a sequence of ints (a bare int included), ``dtype`` not real floating.
     ValueError
-        An empty or negative ``shape``, unknown ``mode``.
+        An empty or negative ``shape``, unknown ``mode``, a ``scale`` whose coordinates overflow
+        ``dtype``.
 
     Notes
     -----
-    Coordinates are formed on the host in float64 and rounded once to ``dtype``: float32
-    values are the correctly rounded ones (``torch.linspace`` in float32 may differ
+    Coordinates are formed on the host in float64 and rounded once to ``dtype``: float32 and
+    16-bit values are the correctly rounded ones (``torch.linspace`` in float32 may differ
     by one ulp). The peers index their grids ``(h, w)``; here x (w) comes first, so reverse
     the last axis (``[..., ::-1]``) for their order. DINOv3's ``normalize_coords="max"`` /
     ``"min"`` grids (centres divided by the longest or shortest side ``m``) are

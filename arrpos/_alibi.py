@@ -157,7 +157,9 @@ def alibi_bias(slopes, /, query_len, key_len, *, mode="causal", query_offset=Non
     TypeError
         ``slopes`` not a floating array; non-int lengths or offset.
     ValueError
-        ``slopes`` not 1-D, negative lengths, unknown ``mode``.
+        ``slopes`` not 1-D, negative lengths, unknown ``mode``, ``|query_offset|`` past 2**53
+        or past the index dtype (int32 on JAX without x64), a bias of more than 2**34
+        elements.
 
     Notes
     -----
@@ -271,7 +273,7 @@ def alibi_bias_from_positions(slopes, query_positions, key_positions, /, *, mode
     slopes : array
         Floating ``(heads,)``, e.g. from :func:`alibi_slopes`.
     query_positions : array
-        Integer or real ``(..., q)``.
+        Integer (any width, signed or unsigned) or real ``(..., q)``.
     key_positions : array
         Integer or real ``(..., k)``; its leading axes broadcast against those of
         ``query_positions``.
@@ -289,11 +291,13 @@ def alibi_bias_from_positions(slopes, query_positions, key_positions, /, *, mode
         ``slopes`` not a floating array, positions not real arrays.
     ValueError
         ``slopes`` not 1-D, 0-d positions, leading axes that do not broadcast, unknown
-        ``mode``, (eager) non-finite positions or ``|position| >= 2**53``.
+        ``mode``, (eager) non-finite positions or ``|position| >= 2**53`` (``2**24`` without
+        float64), a bias of more than 2**34 elements.
 
     Notes
     -----
-    The distance is formed exactly (integers, or float64 where the device has it) and the
+    The distance is formed exactly (integers widened to the index dtype first, so an unsigned
+    or int8 difference cannot wrap; floats in float64 where the device has it) and the
     product is rounded once to the slopes' dtype, so integer positions below ``2**24`` give the
     float32 values of x-transformers bit for bit. For packed documents, mask the pairs across
     documents with :func:`packed_mask` (the bias itself does not know the documents).

@@ -15,7 +15,6 @@ import numpy as np
 
 from ._lib import (
     array_namespace,
-    backend_name,
     check_array,
     check_bool,
     check_choice,
@@ -23,7 +22,7 @@ from ._lib import (
     check_size,
     device_of,
     has_float64,
-    is_lazy,
+    is_unreadable,
     work_float,
 )
 from ._relative import check_shaw_key, check_shaw_value, shaw_key, shaw_value
@@ -64,19 +63,25 @@ def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, rel
     Returns
     -------
     array or tuple
-        ``(..., q, dv)``; with ``return_weights``, ``(output, weights)``. A query that may
-        attend to no key gets zero weights and a zero output (not NaN).
+        ``(..., q, dv)`` in the promoted dtype of ``q``, ``k`` and ``v``; with
+        ``return_weights``, ``(output, weights)``. A query that may attend to no key gets zero
+        weights and a zero output (not NaN).
 
     Raises
     ------
     TypeError
         Non-floating ``q``/``k``/``v``/``bias``, a non-bool ``mask`` or ``causal``, a
-        ``relative`` that is not a 3-tuple.
+        ``relative`` that is not a 3-tuple; arrays of different libraries.
     ValueError
-        Mismatched shapes, ``scale <= 0``.
+        Mismatched shapes (a ``bias`` or ``mask`` that does not broadcast to the scores
+        ``(..., q, k)`` is named), ``scale <= 0``, arrays on different devices, scores of more
+        than 2**34 elements.
 
     Notes
     -----
+    The scale multiplies ``q`` before ``q k^T`` (as torch's ``scaled_dot_product_attention``
+    does), and 16-bit inputs are computed in float32 and rounded once: float16 ``q k^T``
+    overflows at 65504 where the scaled scores do not.
     Backend support: generic Array API code on every namespace; gradients flow.
 
     Examples
@@ -208,7 +213,7 @@ def similarity(table, /, *, metric="dot"):
     Returns
     -------
     array
-        ``(..., L, L)``, symmetric.
+        ``(..., L, L)``, symmetric, in ``table``'s dtype (16-bit inputs are computed in float32 and rounded once).
 
     Raises
     ------
@@ -325,7 +330,8 @@ def properties(table, /, *, metric="dot"):
         ``table`` not floating.
     ValueError
         Not 2-D, fewer than 3 positions, a precomputed matrix that is not square, unknown
-        ``metric``.
+        ``metric``; a table whose values cannot be read (traced under jit, a meta or fake
+        tensor).
 
     Notes
     -----
@@ -342,7 +348,7 @@ def properties(table, /, *, metric="dot"):
     xp = array_namespace(table, name="table")
     check_array(xp, table, "table", kind="floating", min_ndim=2)
     metric = check_choice(metric, "metric", ("dot", "cosine", "precomputed"))
-    if is_lazy(table) and backend_name(xp) != "dask":  # Dask is computed (documented)
+    if is_unreadable(table):  # a Dask table is computed (documented)
         raise ValueError("table must have values that can be read: properties returns Python "
                          "floats, and a traced (jit), meta or fake table has none")
     if table.ndim != 2:

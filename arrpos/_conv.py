@@ -160,6 +160,7 @@ def conv_positional(x, weight, bias=None, /, *, axis=-2, activation="gelu", resi
 
     Notes
     -----
+    16-bit ``x`` is summed in float32 and rounded once (a bfloat16 running sum keeps 8 bits).
     wav2vec2 pads ``kernel // 2`` on both sides and drops the last output for an even kernel,
     i.e. its window starts one step earlier than this one: shift ``weight`` by one row
     (prepend a zero row) to reproduce it. The GELU uses the module's erfc series (~1e-16

@@ -1,9 +1,10 @@
 """Learned absolute tables: initialisation, lookup and resampling to a new length or grid.
 
 Resampling equals ``torch.nn.functional.interpolate`` (``linear`` / ``bilinear`` / ``bicubic``,
-``align_corners=False``, no antialias). It is written as separable interpolation matrices, built
-once on the host in float64 and applied with ``matmul``: the same numbers on every backend, and
-gradients flow into the table on autograd backends.
+``align_corners=False``, with or without antialias). It is separable: per axis, torch's taps
+(2 for linear, 4 for cubic, about twice the shrink factor with antialias) are built on the host
+and applied by one gather and a weighted sum: the same numbers on every backend, memory that
+follows the output, and gradients flow into the table on autograd backends.
 """
 from __future__ import annotations
 
@@ -72,13 +73,13 @@ def learned_init(num_positions, dim, *, method="normal", std=0.02, seed=None, dt
     TypeError
         Non-int sizes or seed, ``std`` not real, ``dtype`` not real floating.
     ValueError
-        Sizes < 1, unknown ``method``, ``std <= 0``, a negative seed, an odd ``dim`` with
-        ``"sinusoidal"``.
+        Sizes < 1, unknown ``method``, ``std <= 0`` or so large that the table overflows
+        ``dtype``, a negative seed, an odd ``dim`` with ``"sinusoidal"``.
 
     Notes
     -----
-    The random numbers are drawn on the host (float64) and transferred once, so the table does
-    not depend on the library's own generator.
+    The random numbers are drawn on the host (float64) and transferred once, rounded once to
+    ``dtype``, so the table does not depend on the library's own generator.
     Backend support: host generation, then one transfer, for every namespace.
 
     Examples
@@ -137,7 +138,8 @@ def lookup(table, positions, /):
     table : array
         Floating ``(num_positions, dim)``.
     positions : array
-        Integer positions of any shape ``P``, in ``[0, num_positions)``.
+        Integer positions of any shape ``P`` and any integer dtype (int8 to uint64), in
+        ``[0, num_positions)``.
 
     Returns
     -------
@@ -153,7 +155,8 @@ def lookup(table, positions, /):
 
     Notes
     -----
-    Lazy arrays (Dask, JAX under ``jit``) are not read, so their range is not checked here
+    Lazy arrays (Dask, JAX under ``jit``, torch meta and fake tensors) are not read, so their
+    range is not checked here
     (JAX clamps out-of-range indices; Dask wraps negative ones and raises on compute for
     too-large ones): check lazy positions yourself.
     Backend support: generic Array API code (one ``take``) on every namespace.
@@ -331,14 +334,16 @@ def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
         ``table`` not floating; sizes not ints; ``antialias`` not a bool.
     ValueError
         Bad shapes: ``table`` with fewer than two axes, ``old_size`` not matching the rows, a
-        non-square row count without ``old_size``, mixed 1-D/2-D sizes, unknown ``method``.
+        non-square row count without ``old_size``, mixed 1-D/2-D sizes, unknown ``method``;
+        an output of more than 2**34 elements.
 
     Notes
     -----
-    Each axis is one ``matmul`` with an ``(n_out, n_in)`` matrix built on the host: torch's
-    weights, repeated step by step in float32 for tables that are not float64 (bit for bit
-    torch's own) and in float64 otherwise, then applied in float64 where the device has it
-    and rounded once. The result is within torch's own float32 rounding of its output (~1e-7
+    Each axis is one gather of torch's taps (``(n_out, T)`` rows and weights built on the
+    host, ``T`` = 2, 4, or about twice the shrink factor with antialias) and a weighted sum:
+    torch's weights, repeated step by step in float32 for tables that are not float64 (bit for
+    bit torch's own) and in float64 otherwise, then applied in float64 where the device has it
+    and rounded once. Memory follows the output, not ``n_out * n_in``. The result is within torch's own float32 rounding of its output (~1e-7
     relative; checked to 1e-6) and within 1e-10 in float64. timm casts tables to float32
     before interpolating; a float64 table here is resampled in float64.
     Backend support: generic Array API code on every namespace.

@@ -3,7 +3,9 @@
 
 Both functions take the document lengths; from flash-attn's ``cu_seqlens`` pass
 ``diff(cu_seqlens)``. Zero-length documents are allowed (they hold no token), so OLMo's
-zero-padded ``doc_lens`` of shape ``(batch, max_docs)`` can be passed flattened.
+zero-padded ``doc_lens`` of shape ``(batch, max_docs)`` can be passed flattened. Lengths are
+sizes, like a shape: a sequence of ints is accepted here (arrays of any integer dtype too),
+where array arguments elsewhere refuse lists.
 """
 from __future__ import annotations
 
@@ -97,8 +99,9 @@ def packed_positions(lengths, /, *, xp=None):
     TypeError
         ``lengths`` not a sequence of ints or an integer array.
     ValueError
-        ``lengths`` not 1-D, a negative length, a total beyond the index dtype, or a traced
-        (jit) array whose values, and so the output shape, are unknown.
+        ``lengths`` not 1-D, a negative length, a total beyond the index dtype or 2**34, or an
+        array whose values, and so the output shape, cannot be read (traced under jit, a meta
+        or fake tensor).
 
     Notes
     -----
@@ -146,7 +149,7 @@ def packed_mask(lengths, /, *, causal=False, xp=None):
     TypeError
         As :func:`packed_positions`; ``causal`` not a bool.
     ValueError
-        As :func:`packed_positions`.
+        As :func:`packed_positions`; a mask of more than 2**34 elements.
 
     Notes
     -----

@@ -6,9 +6,15 @@ Sign convention: ``relative = key_position - query_position`` (T5, Shaw). DeBERT
 
 The T5 and DeBERTa buckets reproduce transformers' float32 arithmetic exactly: the bucket is a
 non-decreasing step function of the distance, so its steps are found once on the host (in the
-reference's float32 arithmetic with a correctly rounded log) and the device only counts the
-steps below each distance (``searchsorted``). Every backend therefore gives the same integers,
-whatever its own ``log`` rounds to, and no ``log(0)`` is ever evaluated.
+reference's float32 arithmetic with a correctly rounded log, by a bisection per bucket value:
+``O(buckets)`` memory whatever ``max_distance`` is) and the device only counts the steps below
+each distance (``searchsorted``). Every backend therefore gives the same integers, whatever its
+own ``log`` rounds to, and no ``log(0)`` is ever evaluated.
+
+Integer inputs of every width are accepted: distances, indices and buckets are formed in the
+widest signed integer dtype of the device (``_lib.as_index``), so int8/16/32 minima (``abs``
+overflows) and unsigned inputs (differences wrap) give transformers' buckets; a bucket keeps
+the input's dtype where that dtype is signed and holds every bucket.
 """
 from __future__ import annotations
 
@@ -97,7 +103,8 @@ def relative_positions(query_len, key_len, *, query_offset=0, device=None, xp=No
     TypeError
         A length or ``query_offset`` that is not an int.
     ValueError
-        A negative length.
+        A negative length, a matrix of more than 2**34 elements, ``|query_offset|`` past 2**53
+        or past the index dtype (int32 on JAX without x64).
 
     Notes
     -----
@@ -150,7 +157,8 @@ def relative_index_nd(window, *, device=None, xp=None):
     TypeError
         ``window`` not a sequence of ints (a bare int is refused: Swin reads it as a square).
     ValueError
-        An empty ``window`` or a size < 1.
+        An empty ``window``, a size < 1, a table of more than 2**31 - 1 rows or an index of more
+        than 2**34 elements.
 
     Notes
     -----
@@ -195,21 +203,22 @@ def shaw_index(relative, /, *, max_distance):
     Parameters
     ----------
     relative : array
-        Integer relative positions (``key - query``), any shape.
+        Integer relative positions (``key - query``), any shape and integer dtype.
     max_distance : int
         ``K >= 0``: distances beyond it share the edge rows.
 
     Returns
     -------
     array
-        Same shape and dtype as ``relative``, values in ``[0, 2K]``.
+        Same shape as ``relative``, values in ``[0, 2K]``; ``relative``'s dtype when it is
+        signed and holds ``2K``, else the index dtype (int64; int32 without x64).
 
     Raises
     ------
     TypeError
         ``relative`` not an integer array, ``max_distance`` not an int.
     ValueError
-        ``max_distance < 0``.
+        ``max_distance < 0`` or ``2K`` past the index dtype; (eager) uint64 values from 2**63.
 
     Notes
     -----
@@ -370,14 +379,16 @@ def t5_bucket(relative, /, *, bidirectional=True, num_buckets=32, max_distance=1
     Returns
     -------
     array
-        Bucket ids, same shape and dtype as ``relative``, in ``[0, num_buckets)``.
+        Bucket ids in ``[0, num_buckets)``, same shape as ``relative``; its dtype when it is
+        signed and holds ``num_buckets - 1`` (int8 with the defaults), else the index dtype.
 
     Raises
     ------
     TypeError
         ``relative`` not an integer array; a non-bool ``bidirectional``; non-int sizes.
     ValueError
-        Too few buckets (``nb // 2 < 1``) or ``max_distance`` not above ``nb // 2``.
+        Too few buckets (``nb // 2 < 1``) or more than 2**20; ``max_distance`` not above
+        ``nb // 2`` or past 2**63; (eager) uint64 values from 2**63.
 
     Notes
     -----
@@ -449,18 +460,26 @@ def deberta_bucket(relative, /, *, bucket_size=256, max_position=512):
     Returns
     -------
     array
-        Signed buckets of ``query - key``, same shape and dtype as ``relative``.
+        Signed buckets of ``query - key``, same shape as ``relative``; its dtype when it is
+        signed and holds every bucket (not int8 with the defaults: ``-(-128)`` is 128), else
+        the index dtype.
 
     Raises
     ------
     TypeError
         ``relative`` not an integer array; non-int sizes.
     ValueError
-        ``bucket_size < 2`` or ``max_position <= bucket_size // 2 + 1``.
+        ``bucket_size < 2`` or past 2**31, ``max_position <= bucket_size // 2 + 1`` or past
+        2**63; options that give more than 2**20 log buckets over the distances of
+        ``relative``'s dtype (``max_position`` just above ``bucket_size // 2`` with int64
+        distances); (eager) uint64 values from 2**63.
 
     Notes
     -----
-    Exact equality with the reference's float32 arithmetic, as for :func:`t5_bucket`.
+    Exact equality with the reference's float32 arithmetic, as for :func:`t5_bucket`, for every
+    ``bucket_size`` (2 and 3 included: every distance past ``bucket_size // 2`` has the bucket
+    ``bucket_size // 2``) and every distance up to ``2**63 - 1``; ``-2**63`` (whose absolute
+    value transformers wraps) has the bucket of ``-(2**63 - 1)``.
     Backend support: generic Array API code on every namespace (jit-safe).
 
     Examples
@@ -509,7 +528,8 @@ def relative_bias(table, index, /):
     table : array
         Real ``(num_buckets, heads)`` (T5's ``relative_attention_bias.weight``).
     index : array
-        Integer bucket ids in ``[0, num_buckets)``, any shape ``P`` (usually ``(q, k)``).
+        Integer bucket ids in ``[0, num_buckets)`` (any integer dtype), any shape ``P``
+        (usually ``(q, k)``).
 
     Returns
     -------
@@ -641,7 +661,8 @@ def shaw_key_scores(q, table, index, /):
     Returns
     -------
     array
-        ``(..., q, k)``: add it to ``q @ k^T`` before scaling, as in the paper.
+        ``(..., q, k)``: add it to ``q @ k^T`` before scaling, as in the paper. The promoted
+        dtype of ``q`` and ``table`` (16-bit inputs are computed in float32 and rounded once).
 
     Raises
     ------
@@ -705,7 +726,8 @@ def shaw_value_term(weights, table, index, /):
     Returns
     -------
     array
-        ``(..., q, dim)``: add it to ``weights @ v``.
+        ``(..., q, dim)``: add it to ``weights @ v``. The promoted dtype of ``weights`` and
+        ``table`` (16-bit inputs are computed in float32 and rounded once).
 
     Raises
     ------
@@ -784,7 +806,8 @@ def transformer_xl_scores(q, k, r, u, v, /):
     array
         ``(..., q, k)``: entry ``(i, j)`` scores query ``i`` (at position ``k - q + i``)
         against key ``j`` at distance ``k - q + i - j``; entries for keys after the query
-        get only the content term (mask them).
+        get only the content term (mask them). The promoted dtype of ``q``, ``k`` and ``r``
+        (16-bit inputs are computed in float32 and rounded once).
 
     Raises
     ------
@@ -856,7 +879,8 @@ def deberta_scores(q, k, pos_key, pos_query, bucket, /, *, scale_factor=None):
     Returns
     -------
     array
-        ``(..., q, k)`` scores before bias, mask and softmax.
+        ``(..., q, k)`` scores before bias, mask and softmax, in the promoted dtype of ``q``
+        and ``k`` (16-bit inputs are computed in float32 and rounded once).
 
     Raises
     ------

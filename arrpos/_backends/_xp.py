@@ -461,7 +461,8 @@ def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
 
     ``d = q_pos - k_pos`` with ``q_pos = i + query_offset``: ``"causal"`` ``-slope * d`` where
     ``d >= 0`` and 0 elsewhere, ``"symmetric"`` ``-slope * |d|``, ``"key"`` ``slope * k_pos``.
-    Distances are exact integers converted once to ``dtype``; one multiply per element.
+    Distances are exact integers converted once to ``dtype``; one multiply per element. For
+    16-bit ``dtype`` the product is formed in float64 (exact) and rounded once.
     """
     dev = device_of(slopes)
     # 16-bit: distances beyond 256 (bfloat16) or 2048 (float16) are not exact in dtype; the

@@ -24,6 +24,7 @@ __all__ = [
     "is_dtype",
     "is_lazy",
     "is_read_only",
+    "is_unreadable",
     "is_writeable",
     "memory_overlap",
     "namespace_for",
@@ -397,6 +398,12 @@ def is_lazy(x) -> bool:
 
         return isinstance(x, sys.modules["jax"].core.Tracer)
     return True
+
+
+def is_unreadable(x) -> bool:
+    """True for arrays whose values cannot be read at all (JAX tracers, torch meta and fake
+    tensors); a Dask array is lazy but can be computed, when a function must read values."""
+    return is_lazy(x) and not _compat.is_dask_array(x)
 
 
 def _is_fake_tensor(x) -> bool:
