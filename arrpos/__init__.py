@@ -26,6 +26,7 @@ from ._rope import (
     xpos_scale,
 )
 from ._rope_scaling import AxialScaling
+from ._diffusers import DiffusersPositions, from_diffusers_config
 from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_bias_from_positions, alibi_slopes
 from ._attention import PositionProperties, attention, properties, similarity
 from ._conv import conv_positional, conv_positional_2d
@@ -74,6 +75,9 @@ __all__ = sorted(
         "period_frequencies",
         "pixel_frequencies",
         "xpos_scale",
+        # model plans and positions (diffusers)
+        "DiffusersPositions",
+        "from_diffusers_config",
         # alibi
         "alibi_bias",
         "alibi_bias_from_mask",
