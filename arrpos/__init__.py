@@ -26,6 +26,7 @@ from ._rope import (
     xpos_scale,
 )
 from ._rope_scaling import AxialScaling
+from ._mrope_ids import mrope_position_ids, vision_position_ids
 from ._diffusers import DiffusersPositions, from_diffusers_config
 from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_bias_from_positions, alibi_slopes
 from ._attention import PositionProperties, attention, properties, similarity
@@ -75,6 +76,9 @@ __all__ = sorted(
         "period_frequencies",
         "pixel_frequencies",
         "xpos_scale",
+        # model plans and positions (transformers)
+        "mrope_position_ids",
+        "vision_position_ids",
         # model plans and positions (diffusers)
         "DiffusersPositions",
         "from_diffusers_config",
