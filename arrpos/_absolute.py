@@ -203,7 +203,8 @@ def sinusoidal_nd(coords, /, dim, *, base=10000.0, layout="split", group="axis",
     xp = array_namespace(coords, name="coords")
     check_array(xp, coords, "coords", kind="real", min_ndim=1, shape_hint="(..., n)")
     if coords.shape[-1] < 1:
-        raise ValueError(f"coords must have shape (..., n) with n >= 1, got shape {coords.shape}")
+        raise ValueError(f"coords must have shape (..., n) with n >= 1, got shape "
+                         f"{tuple(coords.shape)}")
     n = coords.shape[-1]
     dim = check_int(dim, "dim", minimum=1, maximum=MAX_DIM)
     if dim % (2 * n):
@@ -395,7 +396,8 @@ def timestep_embedding(timesteps, /, dim, *, max_period=10000.0, flip_sin_to_cos
         )
     hi, lo = timestep_frequencies(half, max_period, shift, scale)
     top = float(abs(hi).max()) if half else 0.0
-    timesteps = check_positions(xp, timesteps, "timesteps", frequency=top)
+    timesteps = check_positions(xp, timesteps, "timesteps", frequency=top,
+                                source="the largest frequency times scale")
     layout = "split_cos" if flip_sin_to_cos else "split"
     return _table(xp, timesteps, hi, lo, layout=layout, dtype=dtype, width=dim)
 

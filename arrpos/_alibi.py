@@ -10,6 +10,7 @@ from ._lib import (
     MAX_OFFSET,
     array_namespace,
     as_index,
+    broadcast_leads,
     check_array,
     check_choice,
     check_dtype_arg,
@@ -19,11 +20,14 @@ from ._lib import (
     check_size,
     default_float,
     device_of,
+    float_bits,
     from_host,
     has_float64,
+    index_dtype,
     is_dtype,
     is_lazy,
     largest_magnitude,
+    round_once,
 )
 
 __all__ = ["alibi_bias", "alibi_bias_from_mask", "alibi_bias_from_positions", "alibi_slopes"]
@@ -237,13 +241,16 @@ def alibi_bias_from_mask(slopes, attention_mask, /):
         if not is_lazy(m) and m.size and not bool(xp.all((m == 0) | (m == 1))):
             raise ValueError("attention_mask must hold only 0 and 1")
         m = m != 0
-    int_dtype = xp.__array_namespace_info__().default_dtypes(device=device_of(m))["integral"]
-    ones = xp.astype(m, int_dtype)
+    dev = device_of(m)
+    ones = xp.astype(m, index_dtype(xp, dev))
     pos = (xp.cumulative_sum(ones, axis=-1) - 1) * ones
-    pos = xp.astype(pos, slopes.dtype)
+    # 16-bit slopes: positions past 256 are not exact in bfloat16; the float64 product is
+    work = xp.float64 if float_bits(xp, slopes.dtype) <= 16 and has_float64(xp, dev) else \
+        slopes.dtype
     b, k = m.shape
-    return (xp.reshape(slopes, (1, slopes.shape[0], 1, 1))
-            * xp.reshape(pos, (b, 1, 1, k)))
+    bias = (xp.reshape(xp.astype(slopes, work), (1, slopes.shape[0], 1, 1))
+            * xp.reshape(xp.astype(pos, work), (b, 1, 1, k)))
+    return round_once(xp, bias, slopes.dtype)
 
 
 def _distance_positions(xp, x, name, limit):
@@ -324,14 +331,7 @@ def alibi_bias_from_positions(slopes, query_positions, key_positions, /, *, mode
     limit = MAX_OFFSET if f64 else 2**24
     qp = _distance_positions(xp, query_positions, "query_positions", limit)
     kp = _distance_positions(xp, key_positions, "key_positions", limit)
-    qlead, klead = tuple(qp.shape[:-1]), tuple(kp.shape[:-1])
-    try:
-        lead = tuple(np.broadcast_shapes(qlead, klead))
-    except ValueError:
-        raise ValueError(
-            f"the leading axes of query_positions {qlead} and key_positions {klead} do not "
-            "broadcast"
-        ) from None
+    lead = broadcast_leads({"query_positions": qp, "key_positions": kp}, keep=1)
     check_size(slopes.shape[0] * math.prod(lead) * qp.shape[-1] * kp.shape[-1], "the bias")
     dtype = slopes.dtype
     work = xp.float64 if f64 else xp.float32
@@ -345,4 +345,4 @@ def alibi_bias_from_positions(slopes, query_positions, key_positions, /, *, mode
         back = xp.clip(back, max=0) if mode == "causal" else 0 - xp.abs(back)
         dist = xp.astype(back, work)
     s = xp.reshape(xp.astype(slopes, work), (slopes.shape[0], 1, 1))
-    return xp.astype(s * dist[..., None, :, :], dtype)
+    return round_once(xp, s * dist[..., None, :, :], dtype)

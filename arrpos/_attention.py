@@ -15,6 +15,7 @@ import numpy as np
 
 from ._lib import (
     array_namespace,
+    broadcast_leads,
     check_array,
     check_bool,
     check_choice,
@@ -117,7 +118,7 @@ def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, rel
         scale = 1.0 / math.sqrt(q.shape[-1])
     else:
         scale = check_real_scalar(scale, "scale", positive=True)
-    scores_shape = _scores_shape(q, k)
+    scores_shape = _scores_shape(q, k, v)
     if bias is not None:
         check_array(xp, bias, "bias", kind="floating")
         scores_shape = _broadcast_scores(bias, "bias", scores_shape)
@@ -150,14 +151,10 @@ def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, rel
     return (out, xp.astype(weights, out_dtype)) if return_weights else out
 
 
-def _scores_shape(q, k) -> tuple:
-    """``(..., q, k)``: the leading axes of ``q`` and ``k`` broadcast, or a ValueError."""
-    try:
-        lead = tuple(np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2])))
-    except ValueError:
-        raise ValueError(f"the leading (batch, heads) axes of q {tuple(q.shape)} and k "
-                         f"{tuple(k.shape)} do not broadcast") from None
-    return lead + (q.shape[-2], k.shape[-2])
+def _scores_shape(q, k, v) -> tuple:
+    """``(..., q, k)``: the leading axes of ``q``, ``k`` and ``v`` broadcast, or a ValueError
+    naming them."""
+    return broadcast_leads({"q": q, "k": k, "v": v}) + (q.shape[-2], k.shape[-2])
 
 
 def _broadcast_scores(a, name, shape) -> tuple:
@@ -166,7 +163,9 @@ def _broadcast_scores(a, name, shape) -> tuple:
     ValueError naming ``name`` rather than the library's "operands could not be broadcast"."""
     try:
         out = tuple(np.broadcast_shapes(tuple(a.shape), shape))
-    except (ValueError, TypeError):  # TypeError: axes of unknown length (lazy)
+    except TypeError:  # axes of unknown length (lazy): not checked
+        return shape
+    except ValueError:
         out = None
     if out is None or out[-2:] != shape[-2:]:
         raise ValueError(f"{name} must broadcast to the scores (..., q, k) = {shape}, got "
@@ -191,6 +190,8 @@ def _allowed(xp, scores, mask, causal):
 
 def _softmax(xp, scores, allowed):
     """Row softmax with the row maximum subtracted; fully masked rows give zeros, not NaN."""
+    if scores.shape[-1] == 0:  # no key: no weight (and no maximum to take)
+        return scores
     if allowed is not None:
         scores = xp.where(allowed, scores, xp.full_like(scores, -math.inf))
     top = xp.max(scores, axis=-1, keepdims=True)

@@ -369,6 +369,9 @@ def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
     if prefix > rows:
         raise ValueError(f"prefix_tokens must be <= the {rows} rows of table, got {prefix}")
     n = rows - prefix
+    if n < 1:
+        raise ValueError(f"table must have at least one position row after the {prefix} "
+                         f"prefix_tokens, got {rows} rows")
     if old_size is None:
         if len(new) == 1:
             old = (n,)
@@ -390,7 +393,8 @@ def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
         )
     lead = tuple(table.shape[:-2])
     dim = table.shape[-1]
-    check_size(math.prod(lead) * (prefix + math.prod(new)) * dim, "the resampled table")
+    check_size(math.prod(lead) * (prefix + math.prod(new)) * dim,
+               f"the resampled table (size={size!r})")
     dev = device_of(table)
     body = table[..., prefix:, :]
     # work in float64 where the device has it and round once: closer to the exact kernel

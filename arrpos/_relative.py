@@ -26,6 +26,7 @@ import numpy as np
 from ._lib import (
     array_namespace,
     as_index,
+    broadcast_leads,
     check_array,
     check_index,
     check_bool,
@@ -842,6 +843,8 @@ def transformer_xl_scores(q, k, r, u, v, /):
         )
     if k.shape[-2] < q.shape[-2]:
         raise ValueError(f"k must have at least as many rows as q, got {k.shape} and {q.shape}")
+    broadcast_leads({"q": q, "k": k, "r": r})
+    broadcast_leads({"q": q, "u": u, "v": v}, keep=0)  # u, v are added to q
     work, out = work_float(xp, q.dtype, k.dtype, r.dtype)
     q, k, r, u, v = (xp.astype(a, work) for a in (q, k, r, u, v))
     content = _matmul_t(xp, q + u, k)
@@ -926,6 +929,7 @@ def deberta_scores(q, k, pos_key, pos_query, bucket, /, *, scale_factor=None):
     qn, kn = q.shape[-2], k.shape[-2]
     if tuple(bucket.shape) != (qn, kn):
         raise ValueError(f"bucket must have shape ({qn}, {kn}), got {tuple(bucket.shape)}")
+    broadcast_leads({"q": q, "k": k, "pos_key": pos_key, "pos_query": pos_query})
     terms = sum(p is not None for p in (pos_key, pos_query))
     if scale_factor is None:
         scale_factor = 1.0 + terms

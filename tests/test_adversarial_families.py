@@ -370,6 +370,28 @@ def test_generic_bfloat16_tables_are_rounded_once():
     np.testing.assert_array_equal(_bits16(got.detach()), _correct_bf16_bits(ref))
 
 
+def test_alibi_bfloat16_biases_are_rounded_once():
+    """bfloat16 slopes times positions past 256: the position was rounded to bfloat16 first
+    (alibi_bias_from_mask, the generic alibi_bias), or the float64 product went through
+    float32 (alibi_bias_from_positions): two roundings."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf = ml_dtypes.bfloat16
+    slopes = np.array([0.5, 0.3, 0.0078125 * 3], dtype=bf)
+    s64 = slopes.astype(np.float64)
+    n = 3000
+    pos = np.arange(n, dtype=np.float64)
+    mask = np.ones((1, n), dtype=np.int64)
+    got = arrpos.alibi_bias_from_mask(slopes, mask)[0, :, 0]
+    np.testing.assert_array_equal(_bits16(got), _correct_bf16_bits(s64[:, None] * pos))
+    got = arrpos.alibi_bias_from_positions(slopes, np.array([n - 1]), np.arange(n))[:, 0]
+    np.testing.assert_array_equal(_bits16(got),
+                                  _correct_bf16_bits(0.0 - s64[:, None] * (n - 1 - pos)))
+    torch = pytest.importorskip("torch")  # the generic alibi_bias: torch slopes with grad
+    t = torch.from_numpy(s64).to(torch.bfloat16).requires_grad_()
+    got = arrpos.alibi_bias(t, 1, n, mode="key")[:, 0].detach()
+    np.testing.assert_array_equal(_bits16(got), _correct_bf16_bits(s64[:, None] * pos))
+
+
 def test_decode_sinusoidal_of_bfloat16():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     enc = arrpos.sinusoidal(np.array([0.0, 5.0, 30.0]), 64).astype(ml_dtypes.bfloat16)
@@ -646,3 +668,63 @@ def test_xpos_scale_on_torch_does_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         arrpos.xpos_scale(torch.arange(4), 8)
+
+
+@pytest.mark.parametrize("call, names", [
+    (lambda: arrpos.transformer_xl_scores(np.ones((2, 3, 4)), np.ones((5, 3, 4)),
+                                          np.ones((5, 3, 4)), np.ones(4), np.ones(4)), "q .* k"),
+    (lambda: arrpos.transformer_xl_scores(np.ones((2, 3, 4)), np.ones((2, 3, 4)),
+                                          np.ones((2, 3, 4)), np.ones((5, 1, 4)), np.ones(4)),
+     "u"),
+    (lambda: arrpos.deberta_scores(np.ones((3, 2, 4)), np.ones((3, 2, 4)), np.ones((2, 4, 4)),
+                                   None, np.zeros((2, 2), dtype=int)), "pos_key"),
+    (lambda: arrpos.attention(np.ones((2, 3, 4)), np.ones((2, 3, 4)), np.ones((5, 3, 4))), "v"),
+])
+def test_leading_axes_that_do_not_broadcast_are_named(call, names):
+    """These leaked 'operands could not be broadcast' (NumPy) or 'The size of tensor a must
+    match' (torch) from inside a matmul."""
+    with pytest.raises(ValueError, match=rf"leading .*{names}.* do not broadcast"):
+        call()
+
+
+def test_attention_without_keys_attends_to_nothing():
+    """k with no rows raised 'zero-size array to reduction operation maximum'; the contract
+    gives a query that may attend to no key zero weights and a zero output."""
+    out, w = arrpos.attention(np.ones((2, 4)), np.ones((0, 4)), np.ones((0, 3)),
+                              return_weights=True)
+    assert out.tolist() == [[0.0] * 3] * 2 and w.shape == (2, 0)
+
+
+def test_resample_without_position_rows_is_refused():
+    """An empty table raised 'cannot do a non-empty take from an empty axes'."""
+    with pytest.raises(ValueError, match="table must have at least one position row"):
+        arrpos.resample(np.ones((0, 4)), 4)
+    with pytest.raises(ValueError, match="table must have at least one position row"):
+        arrpos.resample(np.ones((1, 4)), 4, prefix_tokens=1)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda v: arrpos.sinusoidal(3, 8, base=v), "base"),
+    (lambda v: arrpos.timestep_embedding(np.arange(3), 8, max_period=v), "max_period"),
+    (lambda v: arrpos.timestep_embedding(np.arange(3), 8, scale=v), "scale"),
+    (lambda v: arrpos.grid_coords((2, 2), scale=v), "scale"),
+    (lambda v: arrpos.learned_init(2, 2, std=v), "std"),
+    (lambda v: arrpos.alibi_slopes(4, max_bias=v), "max_bias"),
+    (lambda v: arrpos.attention(np.ones((2, 4)), np.ones((2, 4)), np.ones((2, 4)), scale=v),
+     "scale"),
+    (lambda v: arrpos.deberta_scores(np.ones((2, 4)), np.ones((2, 4)), None, None,
+                                     np.zeros((2, 2), dtype=int), scale_factor=v),
+     "scale_factor"),
+])
+def test_real_options_past_float64_are_value_errors_naming_them(call, name):
+    """A Python int past float64 (10**400) was a TypeError 'must be a real number': it is one,
+    out of range."""
+    with pytest.raises(ValueError, match=rf"^{name} must be finite"):
+        call(10**400)
+
+
+def test_timestep_scale_is_named_when_it_pushes_timesteps_out_of_range():
+    with pytest.raises(ValueError, match="times scale"):
+        arrpos.timestep_embedding(np.arange(3), 8, scale=1e300)
+    with pytest.raises(ValueError, match="size="):
+        arrpos.resample(np.ones((4, 2)), 10**12)

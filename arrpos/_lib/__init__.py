@@ -43,6 +43,7 @@ from ._namespace import (
 )
 from ._validate import (
     MAX_DIM,
+    broadcast_leads,
     MAX_ELEMENTS,
     MAX_OFFSET,
     check_array,
@@ -63,6 +64,7 @@ from ._validate import (
 
 __all__ = [
     "as_index",
+    "broadcast_leads",
     "check_index",
     "check_offset",
     "check_shape",

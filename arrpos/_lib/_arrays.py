@@ -142,15 +142,18 @@ def _element_count(x) -> int:
     return n
 
 
-def check_positions(xp, x, name: str = "positions", *, frequency: float = 1.0):
+def check_positions(xp, x, name: str = "positions", *, frequency: float = 1.0,
+                    source: str = "the largest frequency"):
     """Positions whose tables meet the accuracy contract, or a ValueError; returns them in a
     dtype their library computes with (``computable_positions``).
 
     Eager arrays are read: every value finite and ``|p| * max(frequency, 1)`` below
     ``POSITION_LIMIT`` (2**35) where the device has float64, ``POSITION_LIMIT_F32`` (2**28)
     where it does not (JAX without x64). Integer positions are compared through their min and
-    max, so no ``abs`` overflows (``-2**63``). Lazy arrays (Dask, JAX tracers) are not read:
-    checking would force their computation; out-of-range values there give inaccurate tables.
+    max, so no ``abs`` overflows (``-2**63``). Lazy arrays (Dask, JAX tracers, torch meta and
+    fake tensors) are not read: checking would force their computation; out-of-range values
+    there give inaccurate tables. ``source`` says in the message where ``frequency`` comes from
+    (the options that set it).
     """
     x = computable_positions(dense_array(x, name))
     if is_lazy(x) or _element_count(x) == 0:  # (torch's .size is a method)
@@ -162,7 +165,7 @@ def check_positions(xp, x, name: str = "positions", *, frequency: float = 1.0):
     scale = max(float(frequency), 1.0)
     if big * scale >= limit:
         bits = int(math.log2(limit))
-        what = f"|{name}|" if scale == 1.0 else f"|{name}| * {scale:g} (the largest frequency)"
+        what = f"|{name}|" if scale == 1.0 else f"|{name}| * {scale:g} ({source})"
         raise ValueError(
             f"{name} must satisfy {what} < 2**{bits} = {limit}, the range where the tables "
             f"keep their accuracy contract; got a value of {big}"

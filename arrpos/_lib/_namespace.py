@@ -108,7 +108,10 @@ def array_namespace(*arrays, xp=None, name="arrays", dtype=None):
     if xp is not None:
         ns = namespace_for(xp)
         if found:
-            have = _compat.array_namespace(*found)
+            try:
+                have = _compat.array_namespace(*found)
+            except TypeError:
+                raise TypeError(_mixed_libraries(arrays, name)) from None
             if have is not ns:
                 lib = getattr(xp, "__name__", repr(xp))
                 raise TypeError(
@@ -182,21 +185,25 @@ def _check_subclasses(arrays, name: str) -> None:
 
 
 def _device(a):
-    """The device of an array (torch's attribute read directly: it is on hot paths), or None
-    when it cannot be read (a traced value)."""
-    if _compat.is_torch_array(a):
-        return a.device
+    """The device of an array (its ``device`` attribute where it has one: torch, CuPy, JAX,
+    array-api-strict; else array-api-compat's answer), or None when it cannot be read (a
+    traced value, a Python scalar)."""
     try:
-        return _compat.device(a)
+        dev = getattr(a, "device", None)
+        if dev is None or callable(dev):  # (JAX's old .device() method)
+            dev = _compat.device(a) if _is_array(a) else None
+        return dev
     except Exception:  # tracers and other values without a device
         return None
 
 
 def _check_devices(arrays, name: str) -> None:
     """All array arguments on one device, else a ValueError naming two of them."""
+    if sum(a is not None for a in arrays) < 2:
+        return
     first = None
     for i, a in enumerate(arrays):
-        if a is None or not _is_array(a) or type(a) is _NDARRAY:
+        if a is None or type(a) is _NDARRAY:
             continue
         dev = _device(a)
         if dev is None:

@@ -31,6 +31,7 @@ __all__ = [
     "check_real_scalar",
     "check_shape",
     "check_size",
+    "broadcast_leads",
     "describe",
     "not_an_array",
 ]
@@ -112,7 +113,9 @@ def check_real_scalar(value, name: str, *, positive: bool = False, finite: bool 
         raise TypeError(f"{name} must be a real number, got {describe(value)}")
     try:
         value = float(value)
-    except (TypeError, ValueError, OverflowError):
+    except OverflowError:  # a Python int past float64: a real number, out of range
+        raise ValueError(f"{name} must be finite, got {describe(value)} (beyond float64)") from None
+    except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real number, got {describe(value)}") from None
     if finite and not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
@@ -154,6 +157,21 @@ def not_an_array(value, name: str, what: str) -> TypeError:
         hint = (f"; arrays are not made from lists or scalars for you: pass an array of "
                 f"your library, e.g. np.asarray({name}) or torch.asarray({name}, device=...)")
     return TypeError(f"{name} must be {what}, got {describe(value)}{hint}")
+
+
+def broadcast_leads(arrays: dict, keep: int = 2) -> tuple:
+    """The broadcast of the leading axes (all but the last ``keep``) of the named arrays, or a
+    ValueError naming them with their shapes, in place of the library's "operands could not
+    be broadcast" / "size of tensor a must match". Axes of unknown length (lazy arrays) are
+    not checked."""
+    leads = {n: tuple(a.shape[:a.ndim - keep]) for n, a in arrays.items() if a is not None}
+    try:
+        return tuple(_np.broadcast_shapes(*leads.values()))
+    except ValueError:
+        shapes = ", ".join(f"{n} {tuple(a.shape)}" for n, a in arrays.items() if a is not None)
+        raise ValueError(f"the leading (batch, heads) axes of {shapes} do not broadcast") from None
+    except TypeError:  # unknown lengths
+        return ()
 
 
 def check_shape(value, name: str, *, minimum: int = 1, example: str = "(7, 7)") -> tuple:
