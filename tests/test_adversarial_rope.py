@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import arrpos
-from arrpos import _rope
+from arrpos import _dispatch, _rope
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -333,6 +333,28 @@ def test_every_public_object_pickles_and_copies(obj):
         assert type(dup) is type(obj) and dup == obj
 
 
+def test_hf_layer_ropes_and_their_position_scales_pickle():
+    if not hasattr(arrpos, "hf_layer_ropes"):
+        pytest.skip("hf_layer_ropes not in this tree")
+    cfg = {"model_type": "ministral3", "hidden_size": 256, "num_attention_heads": 4,
+           "max_position_embeddings": 4096, "num_hidden_layers": 2,
+           "rope_parameters": {"rope_type": "yarn", "factor": 16.0, "rope_theta": 1e6,
+                               "original_max_position_embeddings": 16384,
+                               "llama_4_scaling_beta": 0.1}}
+    ropes = arrpos.hf_layer_ropes(cfg)
+    for dup in (pickle.loads(pickle.dumps(ropes)), copy.deepcopy(ropes)):
+        assert dup == ropes and [_results(r) for r in dup] == [_results(r) for r in ropes]
+
+
+def test_diffusers_positions_pickle_and_copy():
+    """from_diffusers_config's objects go to workers and deep-copied models like a RoPE."""
+    if not hasattr(arrpos, "from_diffusers_config"):
+        pytest.skip("from_diffusers_config not in this tree")
+    obj = arrpos.from_diffusers_config({"_class_name": "FluxTransformer2DModel"})
+    for dup in (pickle.loads(pickle.dumps(obj)), copy.copy(obj), copy.deepcopy(obj)):
+        assert type(dup) is type(obj) and repr(dup) == repr(obj) and dup == obj
+
+
 _PROCESSES_SCRIPT = textwrap.dedent("""
     import copy, multiprocessing as mp, pickle
     import numpy as np, arrpos
@@ -442,6 +464,22 @@ def test_clear_cache_and_clear_caches():
     assert [_bits(_decode(r)) for r in (rope, other)] == want  # rebuilt, same numbers
 
 
+def test_clear_caches_frees_the_compiled_kernels_tables():
+    """arrpos.clear_caches() also empties what the adapters keep (the NumPy kernels' rotation
+    tables, up to 64 MiB), through each adapter's cache_clear()."""
+    from arrpos import _dispatch
+
+    numpy_adapter = _dispatch.adapter("_numpy")
+    if numpy_adapter is None:
+        pytest.skip("compiled kernels not built or disabled")
+    if not callable(getattr(numpy_adapter, "cache_clear", None)):
+        pytest.skip("the NumPy adapter has no module-level cache_clear() yet (_backends)")
+    arrpos.sinusoidal(4, 512, base=1234.5)
+    assert numpy_adapter.table_cache_bytes() > 0
+    arrpos.clear_caches()
+    assert numpy_adapter.table_cache_bytes() == 0
+
+
 def test_at_most_max_entries_caches_live(monkeypatch):
     monkeypatch.setattr(_rope, "_MIN_ROWS", 64)
     arrpos.clear_caches()
@@ -496,6 +534,17 @@ def test_errors_name_the_arguments_on_torch():
     assert "x" in msg and "positions" in msg, msg
 
 
+def test_positions_on_another_device_are_named():
+    strict = pytest.importorskip("array_api_strict")
+    devices = strict.__array_namespace_info__().devices()
+    x = strict.ones((2, 5, 4, 16), device=devices[0])
+    for pos in (strict.arange(5, device=devices[1]),
+                strict.asarray([0.5, 1.0, 2.0, 3.0, 4.0], device=devices[1])):
+        msg = _message(lambda: arrpos.RoPE(16).apply(x, pos, heads_axis=-2))
+        assert "positions" in msg and "x" in msg and "device" in msg, msg
+        assert "cos" not in msg, msg
+
+
 @pytest.mark.parametrize("pos", [np.arange(5), np.arange(5) + 0.5], ids=["int", "real"])
 def test_heads_axis_one_rule_on_both_paths(pos):
     rope = arrpos.RoPE(16)
@@ -532,6 +581,14 @@ def _sixteen():
     return [ml.bfloat16, np.float16]
 
 
+# The generic apply_rope_cached (_backends/_xp.py) multiplies 16-bit x by 16-bit caches in 16
+# bits, where apply_rope computes in float32 and rounds once, as every kernel does; its
+# docstring promises the same results. Strict: passes (and fails here) once _xp is fixed.
+_XP_16BIT = pytest.mark.xfail(_dispatch.extensions_disabled(), strict=True,
+                              reason="_xp.apply_rope_cached rounds 16-bit products in 16 bits")
+
+
+@_XP_16BIT
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("prf", [1.0, 0.5])
 def test_16bit_numpy_through_the_class_equals_the_function_path(layout, prf):
@@ -569,6 +626,7 @@ def test_16bit_numpy_real_positions():
         assert _bits(rope.apply(x, p16, heads_axis=-2)) == _bits(_function_path(rope, x, p16, -2))
 
 
+@_XP_16BIT
 def test_16bit_torch_through_the_class_equals_the_function_path():
     torch = pytest.importorskip("torch")
     rope = arrpos.RoPE(32, base=700.0)
