@@ -45,6 +45,14 @@ _GROUPS = ("axis", "sincos")
 _GRID_MODES = ("index", "linspace", "center")
 
 
+_BASE_SOURCE = "the largest frequency, above 1 for a base below 1"
+
+
+def _largest(hi) -> float:
+    """The largest of the host frequencies (1.0 for none)."""
+    return float(np.max(hi)) if len(hi) else 1.0
+
+
 def _table(xp, positions, hi, lo, *, layout, dtype, width):
     return _dispatch.call("sinusoid_table", xp, positions, hi, lo, arrays=(positions,),
                           layout=layout, dtype=dtype, width=width)
@@ -133,8 +141,9 @@ def sinusoidal(positions, /, dim, *, base=10000.0, layout="interleaved", dtype=N
     pos = as_positions(xp, positions, "positions", device=device, width=dim)
     dtype = output_dtype(xp, None if isinstance(positions, int) else pos, dtype,
                          device=device_of(pos))
-    pos = check_positions(xp, pos, "positions")
     hi, lo = power_frequencies((dim + 1) // 2, dim, base)
+    # a base below 1 makes frequencies above 1: the accuracy range shrinks with them
+    pos = check_positions(xp, pos, "positions", frequency=_largest(hi), source=_BASE_SOURCE)
     return _table(xp, pos, hi, lo, layout=layout, dtype=dtype, width=dim)
 
 
@@ -214,9 +223,9 @@ def sinusoidal_nd(coords, /, dim, *, base=10000.0, layout="split", group="axis",
     group = check_choice(group, "group", _GROUPS)
     dtype = output_dtype(xp, coords, dtype, device=device_of(coords))
     as_positions(xp, coords, "coords", width=dim // n)  # the output size
-    coords = check_positions(xp, coords, "coords")
     sub = dim // n
     hi, lo = power_frequencies(sub // 2, sub, base)
+    coords = check_positions(xp, coords, "coords", frequency=_largest(hi), source=_BASE_SOURCE)
     lead = tuple(coords.shape[:-1])
     if group == "axis":
         table = _table(xp, coords, hi, lo, layout=layout, dtype=dtype, width=sub)

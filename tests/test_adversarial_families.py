@@ -728,3 +728,18 @@ def test_timestep_scale_is_named_when_it_pushes_timesteps_out_of_range():
         arrpos.timestep_embedding(np.arange(3), 8, scale=1e300)
     with pytest.raises(ValueError, match="size="):
         arrpos.resample(np.ones((4, 2)), 10**12)
+
+
+def test_a_base_below_one_shrinks_the_accuracy_range():
+    """base < 1 makes frequencies above 1 (1e-300 ** (-128/129) ~ 5e297): positions were still
+    checked against a frequency of 1, so |p| * w reached 1e303 and the table was noise (it
+    looked finite). Reference for an allowed case: a float64 loop."""
+    with pytest.raises(ValueError, match=r"positions must satisfy .*base below 1"):
+        arrpos.sinusoidal(np.array([0.0, 1e6]), 129, base=1e-300)
+    with pytest.raises(ValueError, match=r"coords must satisfy .*base below 1"):
+        arrpos.sinusoidal_nd(np.array([[1e6]]), 8, base=1e-300)
+    p = np.arange(6.0) * 1000
+    got = arrpos.sinusoidal(p, 8, base=0.5)
+    w = 0.5 ** (-np.arange(0, 8, 2) / 8)
+    ref = np.stack([np.sin(p[:, None] * w), np.cos(p[:, None] * w)], axis=-1).reshape(6, 8)
+    np.testing.assert_allclose(got, ref, atol=1e-12)
