@@ -319,8 +319,9 @@ def grid_coords(shape, *, scale=1.0, mode="index", dtype=None, device=None, xp=N
     # the largest |coordinate| is max(n - 1, 1) * |scale| (index) or |scale| (normalised)
     reach = max([n - 1 for n in shape] + [1]) if mode == "index" else 1.0
     if reach * abs(scale) > float(finfo(xp, dtype).max):
-        raise ValueError(f"scale must keep the coordinates finite in {dtype_name(dtype)}: |scale| * "
-                         f"{reach} <= {float(finfo(xp, dtype).max):.4g}, got scale={scale}")
+        raise ValueError(f"scale must keep the coordinates finite in {dtype_name(dtype)}: "
+                         f"|scale| * {reach} <= {float(finfo(xp, dtype).max):.4g}, got "
+                         f"scale={scale}")
     axes = [_axis_coords(xp, n, mode, scale, dtype, device) for n in shape]
     grids = xp.meshgrid(*axes, indexing="ij")
     return xp.stack(grids[::-1], axis=-1)

@@ -129,6 +129,9 @@ def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, rel
     if relative is not None:
         if key_table is not None:
             index = check_shaw_key(xp, q, key_table, index, "key_table")
+            if index.shape[1] != scores_shape[-1]:
+                raise ValueError(f"index must have shape ({q.shape[-2]}, {k.shape[-2]}) (one "
+                                 f"row per query, one column per key), got {tuple(index.shape)}")
         if value_table is not None:
             if index is None:
                 raise ValueError("relative needs an index for the value table")
@@ -214,7 +217,8 @@ def similarity(table, /, *, metric="dot"):
     Returns
     -------
     array
-        ``(..., L, L)``, symmetric, in ``table``'s dtype (16-bit inputs are computed in float32 and rounded once).
+        ``(..., L, L)``, symmetric, in ``table``'s dtype (16-bit inputs are computed in
+        float32 and rounded once).
 
     Raises
     ------

@@ -121,8 +121,8 @@ def learned_init(num_positions, dim, *, method="normal", std=0.02, seed=None, dt
             bad = np.abs(host) > 2.0
     top = float(np.abs(host).max()) * std
     if top > float(finfo(xp, dtype).max):  # an inf table, silently, otherwise
-        raise ValueError(f"std={std} overflows a {method!r} table in {dtype_name(dtype)}: its largest "
-                         f"entry would be {top:.4g} > {float(finfo(xp, dtype).max):.4g}")
+        raise ValueError(f"std={std} overflows a {method!r} table in {dtype_name(dtype)}: its "
+                         f"largest entry would be {top:.4g} > {float(finfo(xp, dtype).max):.4g}")
     return from_host(xp, host * std, dtype, device)
 
 
@@ -343,8 +343,9 @@ def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
     host, ``T`` = 2, 4, or about twice the shrink factor with antialias) and a weighted sum:
     torch's weights, repeated step by step in float32 for tables that are not float64 (bit for
     bit torch's own) and in float64 otherwise, then applied in float64 where the device has it
-    and rounded once. Memory follows the output, not ``n_out * n_in``. The result is within torch's own float32 rounding of its output (~1e-7
-    relative; checked to 1e-6) and within 1e-10 in float64. timm casts tables to float32
+    and rounded once. Memory follows the output, not ``n_out * n_in``. The result is within
+    torch's own float32 rounding of its output (~1e-7 relative; checked to 1e-6) and within
+    1e-10 in float64. timm casts tables to float32
     before interpolating; a float64 table here is resampled in float64.
     Backend support: generic Array API code on every namespace.
 

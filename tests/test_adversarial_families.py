@@ -743,3 +743,10 @@ def test_a_base_below_one_shrinks_the_accuracy_range():
     w = 0.5 ** (-np.arange(0, 8, 2) / 8)
     ref = np.stack([np.sin(p[:, None] * w), np.cos(p[:, None] * w)], axis=-1).reshape(6, 8)
     np.testing.assert_allclose(got, ref, atol=1e-12)
+
+
+def test_attention_relative_index_of_the_wrong_key_count_is_named():
+    """A (q, k') index with a key table only leaked 'operands could not be broadcast'."""
+    q, k = np.ones((2, 4)), np.ones((3, 4))
+    with pytest.raises(ValueError, match=r"index must have shape \(2, 3\)"):
+        arrpos.attention(q, k, k, relative=(np.ones((3, 4)), None, np.zeros((2, 2), dtype=int)))
