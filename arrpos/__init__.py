@@ -26,6 +26,8 @@ from ._rope import (
     xpos_scale,
 )
 from ._rope_scaling import AxialScaling
+from ._position_scale import PositionScale, position_scale
+from ._hf_layers import hf_layer_query_scales, hf_layer_ropes
 from ._mrope_ids import mrope_position_ids, vision_position_ids
 from ._diffusers import DiffusersPositions, from_diffusers_config
 from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_bias_from_positions, alibi_slopes
@@ -77,7 +79,11 @@ __all__ = sorted(
         "pixel_frequencies",
         "xpos_scale",
         # model plans and positions (transformers)
+        "PositionScale",
+        "hf_layer_query_scales",
+        "hf_layer_ropes",
         "mrope_position_ids",
+        "position_scale",
         "vision_position_ids",
         # model plans and positions (diffusers)
         "DiffusersPositions",

@@ -11,6 +11,7 @@ Array API namespace.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Mapping
 
 import numpy as np
@@ -113,7 +114,7 @@ def from_diffusers_config(config, /):
                          f"diffusers 0.42.1; {len(_BUILDERS)} classes, listed in "
                          f"docs/diffusers.md)")
     try:
-        return DiffusersPositions(builder(Reader(config, name)))
+        return DiffusersPositions(builder(Reader(config, name)), config)
     except Refusal:
         raise
     except (TypeError, ZeroDivisionError, OverflowError) as e:  # a malformed value
@@ -168,13 +169,27 @@ class DiffusersPositions:
     ([1, 1], (256, 1152))
     """
 
-    __slots__ = ("_spec",)
+    __slots__ = ("_spec", "_config")
 
-    def __init__(self, spec):
+    def __init__(self, spec, config):
         object.__setattr__(self, "_spec", spec)
+        object.__setattr__(self, "_config", json.loads(json.dumps(dict(config))))
 
     def __setattr__(self, name, value):
         raise AttributeError(f"DiffusersPositions is immutable (cannot set {name})")
+
+    # a value of its config: equal configs, equal encodings; pickled (dask.distributed,
+    # multiprocessing, deepcopy of a model) as the config it is rebuilt from
+    def __eq__(self, other):
+        if not isinstance(other, DiffusersPositions):
+            return NotImplemented
+        return self._config == other._config
+
+    def __hash__(self):
+        return hash(json.dumps(self._config, sort_keys=True))
+
+    def __reduce__(self):
+        return from_diffusers_config, (self._config,)
 
     def __repr__(self):
         s = self._spec

@@ -42,6 +42,7 @@ from ._lib import (
     output_dtype,
 )
 from ._lib._memo import clear_memos, new_memo
+from ._position_scale import PositionScale
 from ._rope_scaling import (
     DynamicNTKScaling,
     LinearScaling,
@@ -1295,6 +1296,13 @@ class RoPE:
     inverse : bool, optional
         Rotate by ``-theta`` instead (``cos_sin`` gives ``-sin``): checkpoints trained with a
         ``rotate_half`` of flipped signs (NanoChat). ``apply(..., inverse=True)`` undoes it.
+    attention_scale : float, optional
+        A constant factor on the layer's softmax scale (DeepSeek's ``mscale_all_dim``:
+        ``mscale(factor, mscale_all_dim) ** 2``); recorded for the caller, not applied by
+        :meth:`apply`.
+    position_scale : PositionScale, optional
+        The per-position scale of the layer's queries (:meth:`query_scale`); recorded for the
+        caller, not applied by :meth:`apply`.
 
     Notes
     -----
@@ -1316,7 +1324,8 @@ class RoPE:
     >>> q = np.ones((1, 3, 2, 8))                       # (batch, seq, heads, dim)
     >>> rope.apply(q, np.arange(3), heads_axis=-2).shape
     (1, 3, 2, 8)
-    >>> cfg = {"hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000.0,
+    >>> cfg = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+    ...        "rope_theta": 500000.0,
     ...        "max_position_embeddings": 131072,
     ...        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
     ...                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
@@ -1327,11 +1336,17 @@ class RoPE:
     # _tables: this RoPE's decode caches (never pickled, copied or compared); __weakref__: the
     # caches' holders lists refer to it weakly
     __slots__ = ("head_dim", "base", "scaling", "partial_rotary_factor", "layout", "axes",
-                 "rotary_dim", "inverse", "_tables", "__weakref__")
+                 "rotary_dim", "inverse", "attention_scale", "position_scale", "_tables",
+                 "__weakref__")
 
     def __init__(self, head_dim, /, *, base=10000.0, scaling=None, partial_rotary_factor=1.0,
-                 layout="half", axes=None, inverse=False):
+                 layout="half", axes=None, inverse=False, attention_scale=1.0,
+                 position_scale=None):
         head_dim = check_positive_int(head_dim, "head_dim")
+        attention_scale = check_real_scalar(attention_scale, "attention_scale", positive=True)
+        if position_scale is not None and not isinstance(position_scale, PositionScale):
+            raise TypeError(f"position_scale must be an arrpos.PositionScale or None, got "
+                            f"{type(position_scale).__name__}")
         if not isinstance(inverse, bool):
             raise TypeError(f"inverse must be a bool, got {type(inverse).__name__} {inverse!r}")
         base = check_real_scalar(base, "base", positive=True)
@@ -1351,7 +1366,9 @@ class RoPE:
             axes = _check_axes(axes, rotary_dim // 2, float("inf"))
         for name, value in (("head_dim", head_dim), ("base", base), ("scaling", scaling),
                             ("partial_rotary_factor", prf), ("layout", layout), ("axes", axes),
-                            ("rotary_dim", rotary_dim), ("inverse", inverse)):
+                            ("rotary_dim", rotary_dim), ("inverse", inverse),
+                            ("attention_scale", attention_scale),
+                            ("position_scale", position_scale)):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "_tables", {})
 
@@ -1361,6 +1378,8 @@ class RoPE:
     def __repr__(self):
         extra = "" if self.axes is None else f", axes={self.axes}"
         extra += ", inverse=True" if self.inverse else ""
+        extra += "" if self.attention_scale == 1.0 else f", attention_scale={self.attention_scale}"
+        extra += "" if self.position_scale is None else f", position_scale={self.position_scale!r}"
         return (f"RoPE({self.head_dim}, base={self.base}, scaling={self.scaling!r}, "
                 f"partial_rotary_factor={self.partial_rotary_factor}, layout={self.layout!r}"
                 f"{extra})")
@@ -1386,6 +1405,17 @@ class RoPE:
         for name, value in state.items():
             object.__setattr__(self, name, value)
         object.__setattr__(self, "_tables", {})
+
+    def query_scale(self, positions, /, *, dtype=None):
+        """The per-position scale this layer's queries get (multiply the queries, or the
+        attention logits, by it), or None when the model has none: what the config given to
+        :meth:`from_hf_config` asks for (Ministral 3 / Mistral 4 ``llama_4_scaling_beta``;
+        :func:`arrpos.position_scale` has the formulas). Shape ``positions.shape``.
+        :attr:`attention_scale` is the constant factor on the softmax scale (DeepSeek's
+        ``mscale_all_dim``)."""
+        if self.position_scale is None:
+            return None
+        return self.position_scale(positions, dtype=dtype)
 
     def clear_cache(self):
         """Free this RoPE's decode caches (the half-width cos/sin tables :meth:`apply` keeps
@@ -1570,30 +1600,39 @@ class RoPE:
                               inverse, out)
 
     @classmethod
-    def from_hf_config(cls, config, *, layer_type=None):
-        """The rotary embedding of a transformers model from its ``config.json``.
+    def from_hf_config(cls, config, *, layer_type=None, subconfig=None):
+        """The rotary embedding of a transformers model from its ``config.json``, read as
+        transformers reads it.
 
         ``config`` is the parsed ``config.json`` (a dict) or a transformers
-        ``PretrainedConfig``. Reads ``rope_parameters`` (transformers 5) or ``rope_scaling``
-        (older), ``rope_theta``, the rotary width (``qk_rope_head_dim``, ``head_dim``,
-        ``attention_head_dim``, ``kv_channels``, else ``hidden_size // num_attention_heads``
-        and their aliases; ``partial_rotary_factor``, ``rotary_pct``), per-layer head sizes,
-        ``max_position_embeddings`` and ``original_max_position_embeddings``, the layout
-        (``rope_interleave``, else the model type) and multimodal sections (``mrope_section``,
-        else the model type's default and arrangement). A ``text_config`` is used when present.
-        ``layer_type`` picks one entry of per-layer ``rope_parameters`` (Gemma 3).
+        ``PretrainedConfig``. Keys absent from the file take the defaults of the model type's
+        config class (DeepSeek-V3's ``rope_interleave=True``, Cohere's ``rope_theta``, ...);
+        legacy keys are read as the config class reads them (``rope_scaling`` and its ``type``,
+        Gemma 3's ``rope_local_base_freq`` for sliding layers, GPT-NeoX's ``rotary_pct``,
+        Phi-3's ``"su"``, ``"deepseek_yarn"``); the rotary width, layout, direction and
+        multimodal sections follow the model type's modeling file. The per-model-type table
+        comes from transformers' own sources (``arrpos._hf_models``, generated from the
+        release named in the error messages). A composite config's text model is used;
+        ``subconfig="vision_config"`` (or another sub-config's key) picks another part.
+        ``layer_type`` picks one entry of per-layer ``rope_parameters`` (Gemma 3:
+        ``"full_attention"``, ``"sliding_attention"``); :func:`arrpos.hf_layer_ropes` gives
+        every layer's. The result's :attr:`attention_scale` and :meth:`query_scale` are the
+        layer's softmax factor and position scale (DeepSeek, Ministral 3 / Mistral 4).
 
         Raises
         ------
         TypeError
             ``config`` not a mapping.
         ValueError
-            An unknown ``rope_type`` (the message lists the known ones), missing keys, nested
-            ``rope_parameters`` without ``layer_type``, widths that are not a valid RoPE.
+            A model type with no rotary embedding ("bert does not use rotary embeddings"); a
+            model type the table does not know whose rope is not a plain 1-D rope (a plain one
+            is built with a warning naming the assumed layout); an unknown ``rope_type`` (the
+            message lists the known ones); missing or malformed keys; nested
+            ``rope_parameters`` without ``layer_type``; widths that are not a valid RoPE.
         NotImplementedError
             A rotary the model type computes in a way a RoPE cannot reproduce exactly
-            (an axial arrangement not known for the model type, Gemma 4 vision's half-wise
-            tables, HunyuanVL's sections of the doubled table, timestamp-modulated ropes).
+            (Gemma 4 vision's half-wise tables, HunyuanVL's sections of the doubled table,
+            timestamp-modulated ropes, V-JEPA 2's 3-D rope, conformer rotaries).
             Messages start with the model type. Vision towers (``rope_type: "axial"`` and
             the patch-coordinate rotaries of Llama 4 vision, DINOv3, EfficientLoFTR) give a
             2-D RoPE whose ``apply`` takes coordinates; NanoChat's flipped rotation gives
@@ -1601,7 +1640,7 @@ class RoPE:
         """
         from ._rope_config import rope_from_config  # it imports mrope_axes from here
 
-        return rope_from_config(cls, config, layer_type)
+        return rope_from_config(cls, config, layer_type, subconfig)
 
 
 # the fields that make a RoPE what it is: every slot but its caches (and __weakref__)
