@@ -56,6 +56,57 @@ template <class Isa, class T> struct Exact;  // below: float64 vectors rounded o
 
 #if ARRPOS_HAVE_SIMD
 // ---- AVX-512 -------------------------------------------------------------------------------
+// GCC 12's unmasked AVX-512 intrinsics pass an `_mm512_undefined_*()` (a variable initialised
+// from itself) as the merge source they never use, and -Wmaybe-uninitialized then fires at
+// every inlined use. The zero-masking forms under a full mask are the same instructions and
+// name no undefined value: the kernels call these.
+namespace z512 {
+constexpr __mmask16 k16 = 0xffff;
+constexpr __mmask8 k8 = 0xff;
+template <int I> ARRPOS_I512 __m512 permute_ps(__m512 a)
+{
+    return _mm512_maskz_permute_ps(k16, a, I);
+}
+template <int I> ARRPOS_I512 __m512d permute_pd(__m512d a)
+{
+    return _mm512_maskz_permute_pd(k8, a, I);
+}
+ARRPOS_I512 __m512 permutexvar_ps(__m512i i, __m512 a)
+{
+    return _mm512_maskz_permutexvar_ps(k16, i, a);
+}
+ARRPOS_I512 __m512d permutexvar_pd(__m512i i, __m512d a)
+{
+    return _mm512_maskz_permutexvar_pd(k8, i, a);
+}
+template <int I> ARRPOS_I512 __m512i srli_epi32(__m512i a)
+{
+    return _mm512_maskz_srli_epi32(k16, a, I);
+}
+template <int I> ARRPOS_I512 __m512i slli_epi32(__m512i a)
+{
+    return _mm512_maskz_slli_epi32(k16, a, I);
+}
+ARRPOS_I512 __m512i cvtepu16_epi32(__m256i a) { return _mm512_maskz_cvtepu16_epi32(k16, a); }
+ARRPOS_I512 __m256i cvtepi32_epi16(__m512i a) { return _mm512_maskz_cvtepi32_epi16(k16, a); }
+ARRPOS_I512 __m256i cvtepi64_epi32(__m512i a) { return _mm512_maskz_cvtepi64_epi32(k8, a); }
+ARRPOS_I512 __m512 cvtph_ps(__m256i a) { return _mm512_maskz_cvtph_ps(k16, a); }
+ARRPOS_I512 __m256i cvtps_ph(__m512 a)  // round to nearest even
+{
+    return _mm512_maskz_cvtps_ph(k16, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+ARRPOS_I512 __m256 cvtpd_ps(__m512d a) { return _mm512_maskz_cvtpd_ps(k8, a); }
+ARRPOS_I512 __m512d cvtps_pd(__m256 a) { return _mm512_maskz_cvtps_pd(k8, a); }
+ARRPOS_I512 __m512d insert_hi_pd(__m512d a, __m256d b)
+{
+    return _mm512_maskz_insertf64x4(k8, a, b, 1);
+}
+template <int I> ARRPOS_I512 __m128i extract128(__m512i a)
+{
+    return _mm512_maskz_extracti32x4_epi32(0xf, a, I);
+}
+}  // namespace z512
+
 template <> struct Ops<Avx512, float> {
     using R = __m512;
     static constexpr int W = 16;
@@ -63,11 +114,11 @@ template <> struct Ops<Avx512, float> {
     ARRPOS_I512 R mul(R a, R b) { return _mm512_mul_ps(a, b); }
     ARRPOS_I512 R add(R a, R b) { return _mm512_add_ps(a, b); }
     ARRPOS_I512 R sub(R a, R b) { return _mm512_sub_ps(a, b); }
-    ARRPOS_I512 R swap_pairs(R a) { return _mm512_permute_ps(a, 0xB1); }
+    ARRPOS_I512 R swap_pairs(R a) { return z512::permute_ps<0xB1>(a); }
     ARRPOS_I512 R alt() { return _mm512_castsi512_ps(_mm512_set1_epi64(0x3f800000bf800000LL)); }
     ARRPOS_I512 R dup_low(R a)  // lanes 0..7 -> 0 0 1 1 ... 7 7
     {
-        return _mm512_permutexvar_ps(
+        return z512::permutexvar_ps(
             _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), a);
     }
     ARRPOS_I512 R zip_lo(R a, R b)  // a0 b0 a1 b1 ... a7 b7
@@ -91,11 +142,11 @@ template <> struct Ops<Avx512, double> {
     // a b + c and a b - c, rounded once
     ARRPOS_I512 R fmadd(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }
     ARRPOS_I512 R fmsub(R a, R b, R c) { return _mm512_fmsub_pd(a, b, c); }
-    ARRPOS_I512 R swap_pairs(R a) { return _mm512_permute_pd(a, 0x55); }
+    ARRPOS_I512 R swap_pairs(R a) { return z512::permute_pd<0x55>(a); }
     ARRPOS_I512 R alt() { return _mm512_set_pd(1, -1, 1, -1, 1, -1, 1, -1); }
     ARRPOS_I512 R dup_low(R a)
     {
-        return _mm512_permutexvar_pd(_mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0), a);
+        return z512::permutexvar_pd(_mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0), a);
     }
     ARRPOS_I512 R zip_lo(R a, R b)
     {
@@ -115,10 +166,10 @@ ARRPOS_I512 void stream_bytes64(void *p, __m512i v)
         return;
     }
     __m128i *q = (__m128i *)p;
-    _mm_stream_si128(q, _mm512_castsi512_si128(v));
-    _mm_stream_si128(q + 1, _mm512_extracti32x4_epi32(v, 1));
-    _mm_stream_si128(q + 2, _mm512_extracti32x4_epi32(v, 2));
-    _mm_stream_si128(q + 3, _mm512_extracti32x4_epi32(v, 3));
+    _mm_stream_si128(q, z512::extract128<0>(v));
+    _mm_stream_si128(q + 1, z512::extract128<1>(v));
+    _mm_stream_si128(q + 2, z512::extract128<2>(v));
+    _mm_stream_si128(q + 3, z512::extract128<3>(v));
 }
 // AVX2's target: inlined into the AVX2 and AVX-512 traits alike (a subset of both)
 ARRPOS_I256 void stream_bytes32(void *p, __m256i v)
@@ -152,15 +203,15 @@ template <> struct Vec<Avx512, double> : Ops<Avx512, double> {
     ARRPOS_I512 U bits(R v) { return _mm512_castpd_si512(v); }
 };
 template <> struct Vec<Avx512, f16> : Ops<Avx512, float> {
-    ARRPOS_I512 R load(const f16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+    ARRPOS_I512 R load(const f16 *p)
+    {
+        return z512::cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    }
     ARRPOS_I512 R load_half(const f16 *p)
     {
         return _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)));
     }
-    ARRPOS_I512 __m256i narrow(R v)
-    {
-        return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    }
+    ARRPOS_I512 __m256i narrow(R v) { return z512::cvtps_ph(v); }
     ARRPOS_I512 void store(f16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow(v)); }
     ARRPOS_I512 void stream(f16 *p, R v) { stream_bytes32(p, narrow(v)); }
     using U = __m256i;  // the bytes a store writes
@@ -169,7 +220,7 @@ template <> struct Vec<Avx512, f16> : Ops<Avx512, float> {
 template <> struct Vec<Avx512, bf16> : Ops<Avx512, float> {
     ARRPOS_I512 R widen16(__m256i h)
     {
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        return _mm512_castsi512_ps(z512::slli_epi32<16>(z512::cvtepu16_epi32(h)));
     }
     ARRPOS_I512 R load(const bf16 *p) { return widen16(_mm256_loadu_si256((const __m256i *)p)); }
     ARRPOS_I512 R load_half(const bf16 *p)
@@ -180,9 +231,9 @@ template <> struct Vec<Avx512, bf16> : Ops<Avx512, float> {
     ARRPOS_I512 __m256i narrow(R v)
     {
         __m512i u = _mm512_castps_si512(v);
-        __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i odd = _mm512_and_si512(z512::srli_epi32<16>(u), _mm512_set1_epi32(1));
         u = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
-        return _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+        return z512::cvtepi32_epi16(z512::srli_epi32<16>(u));
     }
     ARRPOS_I512 void store(bf16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow(v)); }
     ARRPOS_I512 void stream(bf16 *p, R v) { stream_bytes32(p, narrow(v)); }
@@ -349,19 +400,19 @@ template <> struct Units<16> {  // (k is always 0)
 // zero, then set their last bit; NaN lanes (compare false) pass as they are
 ARRPOS_I512 __m256 odd_ps_avx512(__m512d d)
 {
-    __m256 f = _mm512_cvtpd_ps(d);
-    __m512d back = _mm512_cvtps_pd(f);
+    __m256 f = z512::cvtpd_ps(d);
+    __m512d back = z512::cvtps_pd(f);
     __mmask8 inexact = _mm512_cmp_pd_mask(back, d, _CMP_NEQ_OQ);
     __mmask8 away = _mm512_cmp_pd_mask(_mm512_abs_pd(back), _mm512_abs_pd(d), _CMP_GT_OQ);
-    __m256i one_away = _mm512_cvtepi64_epi32(_mm512_maskz_set1_epi64(away, 1));
-    __m256i one_odd = _mm512_cvtepi64_epi32(_mm512_maskz_set1_epi64(inexact, 1));
+    __m256i one_away = z512::cvtepi64_epi32(_mm512_maskz_set1_epi64(away, 1));
+    __m256i one_odd = z512::cvtepi64_epi32(_mm512_maskz_set1_epi64(inexact, 1));
     __m256i u = _mm256_sub_epi32(_mm256_castps_si256(f), one_away);
     return _mm256_castsi256_ps(_mm256_or_si256(u, one_odd));
 }
 ARRPOS_I512 __m512 join_ps_avx512(__m256 lo, __m256 hi)
 {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)),
-                                               _mm256_castps_pd(hi), 1));
+    return _mm512_castpd_ps(z512::insert_hi_pd(_mm512_castps_pd(_mm512_castps256_ps512(lo)),
+                                               _mm256_castps_pd(hi)));
 }
 ARRPOS_I512 __m512 zip_halves_avx512(__m256 a, __m256 b)  // a0 b0 a1 b1 ... a7 b7
 {
@@ -383,12 +434,12 @@ template <> struct Exact<Avx512, float> {
     static constexpr int N = 2;
     ARRPOS_I512 __m512 pack(const __m512d *v)
     {
-        return join_ps_avx512(_mm512_cvtpd_ps(v[0]), _mm512_cvtpd_ps(v[1]));
+        return join_ps_avx512(z512::cvtpd_ps(v[0]), z512::cvtpd_ps(v[1]));
     }
     ARRPOS_I512 void zip(const __m512d *a, const __m512d *b, __m512 &lo, __m512 &hi)
     {
-        lo = zip_halves_avx512(_mm512_cvtpd_ps(a[0]), _mm512_cvtpd_ps(b[0]));
-        hi = zip_halves_avx512(_mm512_cvtpd_ps(a[1]), _mm512_cvtpd_ps(b[1]));
+        lo = zip_halves_avx512(z512::cvtpd_ps(a[0]), z512::cvtpd_ps(b[0]));
+        hi = zip_halves_avx512(z512::cvtpd_ps(a[1]), z512::cvtpd_ps(b[1]));
     }
 };
 template <> struct Exact<Avx512, f16> {
