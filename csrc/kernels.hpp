@@ -71,7 +71,7 @@ using Isa = Avx512;
 }}
 #pragma GCC pop_options
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bf16,avx2,fma,f16c")
+#pragma GCC target("avx512f,avx512dq,avx512bf16,avx2,fma,f16c")
 namespace arrpos { namespace isa_avx512bf16 {
 using Isa = Avx512Bf16;
 #include "kernels.inc"

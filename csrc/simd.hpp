@@ -3,7 +3,7 @@
 // Isa tags select a family of traits: Vec<Isa, T> loads storage type T into a register of its
 // compute type (widening 16-bit types exactly) and stores back (rounding once, to nearest even),
 // plain or streaming; Ops<Isa, C> is the arithmetic. Functions carry the target attribute of
-// their Isa, so this header compiles with the baseline flags. ARRPOS_SIMD_LEVEL (0, 1, 2) caps
+// their Isa, so this header compiles with the baseline flags. ARRPOS_SIMD_LEVEL (0 to 3) caps
 // the level, to test every path on one machine.
 #ifndef ARRPOS_SIMD_HPP
 #define ARRPOS_SIMD_HPP
@@ -29,7 +29,7 @@ struct Avx2 {};
 struct Avx512 {};
 struct Avx512Bf16 {};  // AVX-512 plus its bfloat16 conversion (Cooper Lake, Zen 4, Sapphire Rapids)
 
-// 3: AVX-512F with AVX512_BF16, 2: AVX-512F, 1: AVX2 with F16C, 0: portable C++.
+// 3: AVX-512F with AVX512_BF16 (and DQ), 2: AVX-512F, 1: AVX2 with F16C, 0: portable C++.
 inline int simd_level()
 {
     static int level = -1;
@@ -40,7 +40,8 @@ inline int simd_level()
         if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")
             && __builtin_cpu_supports("fma"))
             lvl = !__builtin_cpu_supports("avx512f") ? 1
-                  : __builtin_cpu_supports("avx512bf16") ? 3 : 2;
+              : __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512dq") ? 3
+                                                                                          : 2;
 #endif
         const char *cap = std::getenv("ARRPOS_SIMD_LEVEL");
         if (cap && cap[0] >= '0' && cap[0] <= '3' && cap[0] - '0' < lvl)
@@ -53,6 +54,7 @@ inline int simd_level()
 template <class Isa, class C> struct Ops;
 template <class Isa, class T> struct Vec;
 template <class Isa, class T> struct Exact;  // below: float64 vectors rounded once to T
+template <class Isa, class T, class Tc> struct Out;  // below: the apply kernels' stores
 
 #if ARRPOS_HAVE_SIMD
 // ---- AVX-512 -------------------------------------------------------------------------------
@@ -227,13 +229,25 @@ template <> struct Vec<Avx512, bf16> : Ops<Avx512, float> {
     {
         return widen16(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)));
     }
-    // round to nearest even on the bits; computed NaNs are quiet and stay NaN
+    // round to nearest even on the bits: right for every value whose NaNs have no bits below
+    // bfloat16's (all that bfloat16 operands give; else narrow_nan, see Out)
     ARRPOS_I512 __m256i narrow(R v)
     {
         __m512i u = _mm512_castps_si512(v);
         __m512i odd = _mm512_and_si512(z512::srli_epi32<16>(u), _mm512_set1_epi32(1));
         u = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
         return z512::cvtepi32_epi16(z512::srli_epi32<16>(u));
+    }
+    // narrow, a NaN kept a NaN (quiet, its high bits) as narrow_bf16 keeps it: the rounding add
+    // would carry low payload bits into its exponent (0x7fffffff would become -0)
+    ARRPOS_I512 __m256i narrow_nan(R v)
+    {
+        __m512i u = _mm512_castps_si512(v);
+        __m512i odd = _mm512_and_si512(z512::srli_epi32<16>(u), _mm512_set1_epi32(1));
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+        r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), u,
+                                 _mm512_set1_epi32(0x400000));
+        return z512::cvtepi32_epi16(z512::srli_epi32<16>(r));
     }
     ARRPOS_I512 void store(bf16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow(v)); }
     ARRPOS_I512 void stream(bf16 *p, R v) { stream_bytes32(p, narrow(v)); }
@@ -242,11 +256,20 @@ template <> struct Vec<Avx512, bf16> : Ops<Avx512, float> {
 };
 
 // ---- AVX-512 with AVX512_BF16: one instruction rounds float32 to bfloat16 (RNE) -------------
-#define ARRPOS_IBF16 __attribute__((target("avx512f,avx512bf16,avx2,fma,f16c"), always_inline)) static inline
+#define ARRPOS_IBF16 __attribute__((target("avx512f,avx512dq,avx512bf16,avx2,fma,f16c"), \
+                                    always_inline)) static inline
 template <class C> struct Ops<Avx512Bf16, C> : Ops<Avx512, C> {};
 template <class T> struct Vec<Avx512Bf16, T> : Vec<Avx512, T> {};
 template <> struct Vec<Avx512Bf16, bf16> : Vec<Avx512, bf16> {
-    ARRPOS_IBF16 __m256i narrow(R v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+    // VCVTNEPS2BF16 treats float32 subnormals as zero (in and out), where rounding gives a
+    // bfloat16 subnormal: a vector with such a lane (rare) is rounded on the bits instead.
+    // (VFPCLASSPS finds them in one instruction; an integer test of the lanes cost more.)
+    ARRPOS_IBF16 __m256i narrow(R v)
+    {
+        if (__builtin_expect(_mm512_fpclass_ps_mask(v, 0x20) != 0, 0))  // 0x20: subnormal
+            return Vec<Avx512, bf16>::narrow_nan(v);
+        return (__m256i)_mm512_cvtneps_pbh(v);
+    }
     ARRPOS_IBF16 void store(bf16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow(v)); }
     ARRPOS_IBF16 void stream(bf16 *p, R v) { stream_bytes32(p, narrow(v)); }
     ARRPOS_IBF16 U bits(R v) { return narrow(v); }
@@ -339,18 +362,45 @@ template <> struct Vec<Avx2, bf16> : Ops<Avx2, float> {
         __m128i w = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)p));
         return _mm256_castps128_ps256(_mm_castsi128_ps(_mm_slli_epi32(w, 16)));
     }
-    ARRPOS_I256 __m128i narrow(R v)
+    ARRPOS_I256 __m128i narrow(R v) { return pack(round(_mm256_castps_si256(v))); }
+    // as Vec<Avx512, bf16>'s: a NaN's bits below bfloat16's cleared first, so that nothing
+    // carries out of them (a computed NaN is quiet already)
+    ARRPOS_I256 __m128i narrow_nan(R v)
     {
-        __m256i u = _mm256_castps_si256(v);
+        __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        return pack(round(_mm256_andnot_si256(_mm256_srli_epi32(nan, 16),
+                                              _mm256_castps_si256(v))));
+    }
+    ARRPOS_I256 __m256i round(__m256i u)  // the bits rounded to nearest even at bit 16
+    {
         __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-        u = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
-        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(u, u), 0x08);
+        return _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+    }
+    ARRPOS_I256 __m128i pack(__m256i r)  // the high halves of the 32-bit lanes
+    {
+        r = _mm256_srli_epi32(r, 16);
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
         return _mm256_castsi256_si128(packed);
     }
     ARRPOS_I256 void store(bf16 *p, R v) { _mm_storeu_si128((__m128i *)p, narrow(v)); }
     ARRPOS_I256 void stream(bf16 *p, R v) { _mm_stream_si128((__m128i *)p, narrow(v)); }
     using U = __m128i;  // the bytes a store writes
     ARRPOS_I256 U bits(R v) { return narrow(v); }
+};
+
+// ---- the apply kernels' stores ---------------------------------------------------------------
+// Out<Isa, T, Tc>: Vec<Isa, T>'s stores of results computed against tables of type Tc. A
+// bfloat16 result of float32 tables may be a NaN with payload bits below bfloat16's (from a
+// table's NaN): those stores round with narrow_nan. Results of bfloat16 operands never carry
+// such bits (their NaNs are widened bfloat16 NaNs or the default NaN): the shorter narrow.
+template <class Isa, class T, class Tc> struct Out : Vec<Isa, T> {};
+template <> struct Out<Avx512, bf16, float> : Vec<Avx512, bf16> {
+    ARRPOS_I512 void store(bf16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow_nan(v)); }
+    ARRPOS_I512 void stream(bf16 *p, R v) { stream_bytes32(p, narrow_nan(v)); }
+};
+template <> struct Out<Avx2, bf16, float> : Vec<Avx2, bf16> {
+    ARRPOS_I256 void store(bf16 *p, R v) { _mm_storeu_si128((__m128i *)p, narrow_nan(v)); }
+    ARRPOS_I256 void stream(bf16 *p, R v) { _mm_stream_si128((__m128i *)p, narrow_nan(v)); }
 };
 
 // ---- whole store units of a streamed run ----------------------------------------------------

@@ -43,9 +43,9 @@ inline f16 narrow_f16(float f)
     uint32_t x = bits_of(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     x &= 0x7fffffffu;
-    if (x >= 0x7f800000u)  // inf or NaN (NaN stays quiet NaN)
-        return f16{(uint16_t)(sign | 0x7c00u | (x > 0x7f800000u ? 0x200u : 0u))};
-    if (x >= 0x477ff000u)  // >= 65520 rounds to inf
+    if (x > 0x7f800000u)  // NaN: quiet, its high payload bits kept (as VCVTPS2PH does)
+        return f16{(uint16_t)(sign | 0x7e00u | ((x >> 13) & 0x3ffu))};
+    if (x >= 0x477ff000u)  // inf, and >= 65520 rounds to inf
         return f16{(uint16_t)(sign | 0x7c00u)};
     if (x < 0x38800000u) {  // below 2**-14: adding 0.5 (ulp 2**-24) rounds to the subnormal grid
         float v = float_of(x) + 0.5f;
