@@ -11,6 +11,11 @@ dispatcher then tries the next one. Adapters never fall back by themselves.
 which compile nothing (Dask: one task per chunk), stay, and their tasks then run ``_xp`` on each
 chunk. No device copy is ever hidden here: a GPU array is never routed through NumPy.
 
+Outputs (``out``) that overlap the inputs or each other follow one rule for every
+implementation (``_backends._memory``), applied here: before an implementation runs, or, for
+an adapter that guards the op (``GUARDS``: it refuses such outputs, writing nothing), after it
+refuses.
+
 An adapter whose ``supports`` answers from the arguments' types, dtypes and options alone sets
 ``SIGNATURE_SUPPORTS = True``: callers may then memoise its choice per signature (``route``) and
 skip the question on later calls (a decode step's microseconds).
@@ -22,7 +27,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from ._backends import Unsupported, _xp
+from ._backends import Unsupported, _memory, _xp
 from ._lib import backend_name
 
 __all__ = ["ADAPTERS", "Unsupported", "adapter", "adapter_status", "call",
@@ -84,65 +89,92 @@ def call(op: str, xp, /, *args, arrays=(), **kwargs):
     ``arrays`` are the call's array arguments (``None`` allowed, e.g. no ``out``): adapters
     decide on their types, devices, dtypes and memory layouts, and on ``kwargs``.
     """
-    for mod in candidates(xp):
-        if mod.supports(op, arrays, **kwargs):
-            try:
-                return getattr(mod, op)(*args, xp=xp, **kwargs)
-            except Unsupported:
-                continue
-    return getattr(_xp, op)(*args, xp=xp, **kwargs)
+    return _serve(candidates(xp), op, xp, _nothing, args, arrays, kwargs)
 
 
 def call_checked(op: str, xp, check, /, *args, arrays=(), **kwargs):
     """``call``, running ``check()`` first unless the module that serves the call validates
     ``op``'s values itself (``op`` in its ``VALIDATES``: a kernel that rejects ids outside
     the cache while it gathers), so a decode step reads its ids once, not twice."""
+    return _serve(_BY_KIND.get(id(xp)) or candidates(xp), op, xp, check, args, arrays, kwargs)
+
+
+def _serve(mods, op, xp, check, args, arrays, kwargs):
+    """The first of ``mods`` that serves the call, else ``_xp``; the ids checked (``check``)
+    and the outputs' rule (``_memory``) applied before any module that needs them."""
+    apart = kwargs.get("out") is None  # no output that could meet the inputs
     checked = False
-    for mod in _BY_KIND.get(id(xp)) or candidates(xp):
+    for mod in mods:
         if mod.supports(op, arrays, **kwargs):
+            if not apart and op not in getattr(mod, "GUARDS", ()):
+                if (res := _apart(mods, op, xp, check, args, arrays, kwargs)) is not None:
+                    return res[0]
+                apart = True
             if not checked and op not in getattr(mod, "VALIDATES", ()):
                 check()
                 checked = True
             try:
                 return getattr(mod, op)(*args, xp=xp, **kwargs)
-            except Unsupported:
+            except Unsupported:  # after a guard's refusal, the rule says what the call gets
+                if not apart and (res := _apart(mods, op, xp, check, args, arrays,
+                                                kwargs)) is not None:
+                    return res[0]
+                apart = True
                 continue
+    if not apart and (res := _apart(mods, op, xp, check, args, arrays, kwargs)) is not None:
+        return res[0]
     if not checked:
         check()
     return getattr(_xp, op)(*args, xp=xp, **kwargs)
 
 
+def _apart(mods, op, xp, check, args, arrays, kwargs):
+    """None when the call's outputs may be written as given (``_memory.temporaries``), else
+    ``(result,)`` of the call made through temporaries."""
+    need = _memory.temporaries(op, args, kwargs["out"])
+    if need is None:
+        return None
+    return (_memory.through_temporaries(
+        need, arrays, kwargs, lambda arrs, kw: _serve(mods, op, xp, check, args, arrs, kw)),)
+
+
 def route(op: str, xp, /, arrays=(), **kwargs):
     """How every call of ``op`` with this signature (the types, shapes, dtypes and devices of
     ``arrays``, and ``kwargs``) is served, for callers that memoise it per signature:
-    ``(function, validates, bound)``, or None when an adapter tried decides per call (e.g. on
-    autograd state) and ``call_checked`` must decide each time. ``validates``: the function
-    checks ``op``'s values itself (see ``call_checked``). ``bound``: None, or the adapter's
-    ``bind(op, arrays, **kwargs)``, the op for this signature alone as a function of its
-    arrays and ``out``, positionally; it validates the values too, and may raise
-    ``Unsupported`` late as the function does (the caller then goes on with ``run``)."""
+    ``(function, validates, bound, guards)``, or None when an adapter tried decides per call
+    (e.g. on autograd state) and ``call_checked`` must decide each time. ``validates``: the
+    function checks ``op``'s values itself (see ``call_checked``). ``bound``: None, or the
+    adapter's ``bind(op, arrays, **kwargs)``, the op for this signature alone as a function of
+    its arrays and ``out``, positionally; it validates the values too, and may raise
+    ``Unsupported`` late as the function does (the caller then goes on with ``run``).
+    ``guards``: the function refuses outputs that meet its inputs (``GUARDS``, ``_memory``)."""
     for mod in candidates(xp):
         if not getattr(mod, "SIGNATURE_SUPPORTS", False):
             return None
         if mod.supports(op, arrays, **kwargs):
             validates = op in getattr(mod, "VALIDATES", ())
             bind = getattr(mod, "bind", None) if validates else None
-            return getattr(mod, op), validates, bind and bind(op, arrays, **kwargs)
-    return getattr(_xp, op), False, None
+            return (getattr(mod, op), validates, bind and bind(op, arrays, **kwargs),
+                    op in getattr(mod, "GUARDS", ()))
+    return getattr(_xp, op), False, None, False
 
 
 def run(served, op: str, xp, check, /, *args, arrays=(), **kwargs):
     """``call_checked(op, xp, check, ...)`` along ``served``, a memoised ``route`` (None:
     decide now). An adapter's late ``Unsupported`` falls back to ``_xp``; ``check`` may be
     None (nothing to check)."""
-    if served is None:
+    out = kwargs.get("out")
+    if served is None or (out is not None and not served[3]
+                          and _memory.temporaries(op, args, out) is not None):
         return call_checked(op, xp, check or _nothing, *args, arrays=arrays, **kwargs)
-    fn, validates, _ = served
+    fn, validates, _, guards = served
     if check is not None and not validates:
         check()
     try:
         return fn(*args, xp=xp, **kwargs)
     except Unsupported:
+        if out is not None and guards and _memory.temporaries(op, args, out) is not None:
+            return call_checked(op, xp, check or _nothing, *args, arrays=arrays, **kwargs)
         if check is not None and validates:
             check()
         return getattr(_xp, op)(*args, xp=xp, **kwargs)

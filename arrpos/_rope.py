@@ -35,7 +35,6 @@ from ._lib import (
     detached,
     device_of,
     dtype_kind,
-    memory_overlap,
     has_float64,
     is_lazy,
     remember,
@@ -599,7 +598,8 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
     out : array, optional
         Receives the result: ``x``'s shape and dtype; ``out=x`` rotates in place. Not for
         immutable arrays (JAX), read-only or expanded (zero-stride) arrays. An ``out`` that
-        overlaps ``x`` otherwise is filled from a temporary.
+        overlaps the inputs otherwise (``x`` at an offset, ``cos``, ``sin``) is filled from a
+        temporary.
 
     Returns
     -------
@@ -652,12 +652,7 @@ def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
         plan = remember(_APPLY_PLANS, key, _apply_plan(x, cos, sin, layout, inverse, out))
     xp, served = plan
     if out is not None:
-        check_out_memory(out)
-        if memory_overlap(out, x) == "partial":
-            # out overlaps x at an offset: every path would read input it already overwrote
-            out[...] = _dispatch.call("apply_rope", xp, x, cos, sin, arrays=(x, cos, sin, None),
-                                      layout=layout, inverse=inverse, out=None)
-            return out
+        check_out_memory(out)  # (one that overlaps the inputs: _dispatch's rule)
     return _dispatch.run(served, "apply_rope", xp, None, x, cos, sin, arrays=(x, cos, sin, out),
                          layout=layout, inverse=inverse, out=out)
 
@@ -728,7 +723,8 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half"
         Rotate back (``-sin``).
     out : array, optional
         Receives the result: ``x``'s shape and dtype; ``out=x`` rotates in place. Not for
-        immutable arrays (JAX).
+        immutable arrays (JAX). An ``out`` that overlaps the inputs otherwise (``x`` at an
+        offset, the caches, the ids) is filled from a temporary.
 
     Returns
     -------
@@ -848,7 +844,9 @@ def apply_rope_qk(q, k, cos, sin, /, *, layout="half", inverse=False, out=None):
         Rotate back.
     out : pair of arrays, optional
         ``(q_out, k_out)``, each like ``out`` of :func:`apply_rope` (``(q, k)`` rotates both in
-        place) or None for a new array. Not for immutable arrays (JAX).
+        place) or None for a new array. Not for immutable arrays (JAX). An output over the
+        other tensor (``(k, q)``, ``(k, None)``) receives its result once both are made; the two
+        outputs must not overlap each other.
 
     Returns
     -------
@@ -860,7 +858,8 @@ def apply_rope_qk(q, k, cos, sin, /, *, layout="half", inverse=False, out=None):
     TypeError
         As :func:`apply_rope`, naming ``q`` or ``k``; ``out`` not a pair.
     ValueError
-        As :func:`apply_rope`, naming ``q`` or ``k``.
+        As :func:`apply_rope`, naming ``q`` or ``k``; ``out[0]`` and ``out[1]`` that share
+        memory.
 
     Notes
     -----

@@ -45,7 +45,7 @@ cdef extern from "kernels.hpp" namespace "arrpos":
         const Py_ssize_t *strides
     cdef struct ApplyArgs:
         Strided x, out, cos, sin, pos
-        bint interleaved, inverse, stream
+        bint interleaved, inverse, stream, dry
         int nthreads
         Py_ssize_t chunk_bytes
     cdef struct Rotations:
@@ -116,6 +116,53 @@ def instruction_set():
     return simd_level()
 
 
+cdef inline bint _bounds(object obj, char **lo, char **hi) noexcept:
+    """The byte range [lo, hi) that the elements of NumPy array ``obj`` may touch; False for
+    anything else."""
+    if not isinstance(obj, cnp.ndarray):
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>obj
+    cdef char *l = <char *>cnp.PyArray_DATA(a)
+    cdef char *h = l
+    cdef int k
+    cdef Py_ssize_t n, span
+    for k in range(cnp.PyArray_NDIM(a)):
+        n = cnp.PyArray_DIMS(a)[k]
+        if n == 0:
+            lo[0] = hi[0] = l
+            return True
+        span = (n - 1) * cnp.PyArray_STRIDES(a)[k]
+        if span < 0:
+            l += span
+        else:
+            h += span
+    lo[0] = l
+    hi[0] = h + cnp.PyArray_ITEMSIZE(a)
+    return True
+
+
+def bounds_meeting(object out, tuple arrays):
+    """Bit ``k`` set where ``arrays[k]`` (None: never) may share memory with ``out`` by their
+    byte bounds (a NumPy array's whole range; anything else always may): the first, cheap
+    question of arrpos._backends._memory, asked in C for a decode step's few arrays."""
+    cdef char *ol
+    cdef char *oh
+    cdef char *l
+    cdef char *h
+    cdef unsigned long long bits = 0
+    cdef Py_ssize_t k, n = len(arrays)
+    cdef bint known = _bounds(out, &ol, &oh)
+    if n > 64:
+        raise ValueError(f"at most 64 arrays, got {n}")
+    for k in range(n):
+        a = arrays[k]
+        if a is None:
+            continue
+        if not known or not _bounds(a, &l, &h) or (l < oh and ol < h):
+            bits |= 1ULL << k
+    return bits
+
+
 cdef inline Strided _strided(cnp.ndarray a) noexcept:
     cdef Strided s
     s.data = <char *>cnp.PyArray_DATA(a)
@@ -147,7 +194,7 @@ cdef int _run_apply(int tx, int tc, const ApplyArgs *a) noexcept nogil:
 
 cdef int _apply(cnp.ndarray x, cnp.ndarray cos, cnp.ndarray sin, cnp.ndarray out, object pos,
                 int tx, int tc, bint interleaved, bint inverse, int nthreads, bint stream,
-                Py_ssize_t chunk_bytes) except -1:
+                Py_ssize_t chunk_bytes, bint dry=False) except -1:
     cdef ApplyArgs a
     if not (_is(x, tx) and _is(cos, tc) and _is(sin, tc)) or cnp.PyArray_NDIM(x) < 1 \
             or not _same_type(x, out) \
@@ -166,6 +213,7 @@ cdef int _apply(cnp.ndarray x, cnp.ndarray cos, cnp.ndarray sin, cnp.ndarray out
     a.interleaved = interleaved
     a.inverse = inverse
     a.stream = stream
+    a.dry = dry
     a.nthreads = nthreads
     a.chunk_bytes = chunk_bytes
     with nogil:
@@ -180,11 +228,13 @@ cdef int _apply(cnp.ndarray x, cnp.ndarray cos, cnp.ndarray sin, cnp.ndarray out
 
 def apply_rope(cnp.ndarray x, cnp.ndarray cos, cnp.ndarray sin, cnp.ndarray out, int tx, int tc,
                bint interleaved, bint inverse, int nthreads=1, bint stream=False,
-               Py_ssize_t chunk_bytes=1 << 18):
+               Py_ssize_t chunk_bytes=1 << 18, bint check_only=False):
     """Rotate the first ``R = cos.shape[-1]`` features of ``x`` into ``out`` (``out`` may be
     ``x``: in place). ``cos``/``sin`` broadcast against ``x[..., :R]`` (stride 0 on size-1
-    axes); any strides but unit-stride rows; ``tx``/``tc`` the storage codes of x and tables."""
-    _apply(x, cos, sin, out, None, tx, tc, interleaved, inverse, nthreads, stream, chunk_bytes)
+    axes); any strides but unit-stride rows; ``tx``/``tc`` the storage codes of x and tables.
+    ``check_only``: raise ``Unsupported`` as the call would, and write nothing."""
+    _apply(x, cos, sin, out, None, tx, tc, interleaved, inverse, nthreads, stream, chunk_bytes,
+           check_only)
 
 
 def apply_rope_cached(cnp.ndarray x, cnp.ndarray cos_cache, cnp.ndarray sin_cache,

@@ -267,6 +267,7 @@ inline void apply_chunk(void *ctx, ptrdiff_t chunk)
 struct ApplyArgs {
     Strided x, out, cos, sin, pos;  // pos.data null: tables given (cos/sin full width)
     bool interleaved, inverse, stream;
+    bool dry;  // check only: whether the call would be served, nothing written
     int nthreads;
     ptrdiff_t chunk_bytes;
 };
@@ -298,14 +299,19 @@ int rope_apply(const ApplyArgs &a)
     for (int k = 0; k < a.out.ndim; k++)  // a broadcast out would be rotated repeatedly
         if (a.out.shape[k] > 1 && a.out.strides[k] == 0)
             return UNSUPPORTED;
+    // out may be x itself, and must not meet any other input's memory (rows would read what
+    // others wrote); arrpos._backends._memory decides what such calls get instead
     const bool inplace = same_view(a.x, a.out);
-    if (!inplace) {  // out must not overlap x (else rows would read what others wrote)
-        char *xl, *xh, *ol, *oh;
-        extent(a.x, it, xl, xh);
-        extent(a.out, it, ol, oh);
-        if (xl < oh && ol < xh)
-            return UNSUPPORTED;
-    }
+    char *ol, *oh;
+    extent(a.out, it, ol, oh);
+    auto meets = [&](const Strided &s, ptrdiff_t item) {
+        char *lo, *hi;
+        extent(s, item, lo, hi);
+        return lo < oh && ol < hi;
+    };
+    if ((!inplace && meets(a.x, it)) || meets(a.cos, itc) || meets(a.sin, itc)
+        || (gather && meets(a.pos, (ptrdiff_t)sizeof(int64_t))))
+        return UNSUPPORTED;
     RopeCall call{R, D, R / 2, 0, 0, 0, 0, 0, a.interleaved, a.inverse};
     if (gather) {
         // caches (P, R/2), rows contiguous; every id in [0, P)
@@ -342,6 +348,8 @@ int rope_apply(const ApplyArgs &a)
         if (bad)
             return BAD_POSITION;
     }
+    if (a.dry)
+        return OK;
     const int in = plan.nax - 1;
     call.xs = plan.s[OX][in];
     call.os = plan.s[OOUT][in];

@@ -238,15 +238,24 @@ def test_apply_rope_bfloat16_storage(cp):
     np.testing.assert_array_equal(np.asarray(out), _bf16_bits(exact.astype(np.float32)))
 
 
-def test_apply_rope_overlapping_out_goes_through_a_temporary(cp):
+def test_apply_rope_overlapping_out_goes_through_a_temporary(cp, monkeypatch):
+    """The adapter declines an out over its inputs (a race for a direct launch); the
+    dispatcher's rule (_backends._memory) sends it through a temporary, on the kernel."""
+    from arrpos import _dispatch
+
     rng = np.random.default_rng(5)
     buf = rng.standard_normal((6, 8))
     x = buf[:5]
     cos, sin = _tables(rng, 5, 8, np.float64)
     ref = rope_apply_loop(x, cos, sin, "half", False)
-    out = cp.asfake(buf[1:])  # overlaps x shifted by one row: a race for a direct launch
-    _cupy.apply_rope(cp.asfake(x), cp.asfake(cos), cp.asfake(sin), layout="half",
-                     inverse=False, xp=cp, out=out)
+    out = cp.asfake(buf[1:])  # overlaps x shifted by one row
+    args = (cp.asfake(x), cp.asfake(cos), cp.asfake(sin))
+    with pytest.raises(_dispatch.Unsupported):
+        _cupy.apply_rope(*args, layout="half", inverse=False, xp=cp, out=out)
+    launches = len(cp.launches)
+    _through_dispatch(monkeypatch, "apply_rope", *args, arrays=args + (out,), layout="half",
+                      inverse=False, out=out)
+    assert len(cp.launches) == launches + 1
     np.testing.assert_allclose(buf[1:], ref, rtol=0, atol=1e-14)
 
 

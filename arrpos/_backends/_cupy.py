@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from . import Unsupported
+from . import Unsupported, _memory
 
 __all__ = [
     "FREQ_BLOCK",
@@ -76,6 +76,10 @@ _INDEXED = {"apply_rope": ("int", "long long"), "apply_rope_cached": ("int", "lo
 OP_DTYPES = dict(KERNEL_DTYPES, apply_rope_qk=_ALL)
 # CuPy has no bfloat16: such data (from torch) is handed over as int16 bits of the same width.
 _HOLDER_DTYPE = {"bfloat16": "int16"}
+
+# ops that refuse (``Unsupported``, nothing written) outputs meeting an input other than their
+# own x in place, or each other (``_prepare_out``, ``_apply_pair``): see ``_memory``
+GUARDS = frozenset({"apply_rope", "apply_rope_cached", "apply_rope_qk"})
 
 _TABLE_LAYOUTS = {"interleaved": 0, "split": 1, "split_cos": 2}
 _ROPE_LAYOUTS = {"half": 0, "interleaved": 1}
@@ -220,9 +224,10 @@ def launch_shape(rows: int, items: int, sm_count: int):
     return (min(row_blocks, 32 * sm_count), gy), (bx, by), chunk
 
 
-def _launch(name: str, rows: int, items: int, args) -> None:
-    """One launch of kernel ``name`` (a name expression); ``chunk`` is the last argument."""
-    fn = _kernel(name)
+def _launch(name, rows: int, items: int, args) -> None:
+    """One launch of kernel ``name`` (a name expression, or the kernel itself); ``chunk`` is
+    the last argument."""
+    fn = _kernel(name) if isinstance(name, str) else name
     grid, block, chunk = launch_shape(rows, items, _sm_count())
     fn(grid, block, tuple(args) + (np.int32(chunk),))
 
@@ -431,8 +436,6 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
             cos, sin = _pair(out, ("cos", "sin"))
             _check_out(cos, "out[0] (cos)", shape, dname, device)
             _check_out(sin, "out[1] (sin)", shape, dname, device)
-            if cp.may_share_memory(cos, sin):
-                raise ValueError("out[0] (cos) and out[1] (sin) must not overlap")
         rows = math.prod(shape[:-1])
         if rows == 0 or nf == 0:
             return cos, sin
@@ -516,9 +519,10 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
 
     Rotates the first ``R = cos.shape[-1]`` features of ``x``'s last axis and copies the rest;
     ``cos``/``sin`` broadcast against ``x[..., :R]`` through zero strides (nothing is
-    materialised). ``out`` may be ``x`` (in place) or any array of the result's shape; an
-    ``out`` that overlaps the inputs otherwise gets the result through a temporary. Inputs
-    whose leading axes do not merge to at most four strided axes are declined (``Unsupported``).
+    materialised). ``out`` may be ``x`` (in place) or any array of the result's shape that
+    meets no input's memory (``_dispatch`` sends other outputs through a temporary,
+    ``_memory``'s rule; this adapter declines them). Inputs whose leading axes do not merge to
+    at most four strided axes are declined (``Unsupported``).
     """
     return _apply_rope(x, cos, sin, layout=layout, inverse=inverse, out=out, storage=None)
 
@@ -542,8 +546,8 @@ def _check_rotary(x, cos, sin, storage, op, names=("cos", "sin")):
 
 
 def _prepare_out(x, out, shape, inputs):
-    """``out`` checked (or allocated) and whether it is ``x`` itself; None when it overlaps
-    the inputs otherwise (the caller then goes through a temporary)."""
+    """``out`` checked (or allocated) and whether it is ``x`` itself. An ``out`` that meets an
+    input otherwise is declined (a launch would read what other threads wrote)."""
     cp = _cp()
     if out is None:
         return cp.empty(shape, dtype=x.dtype), False
@@ -556,15 +560,26 @@ def _prepare_out(x, out, shape, inputs):
         raise ValueError(f"out must not be broadcast (zero strides {out.strides})")
     in_place = _same_view(out, x)
     others = inputs if in_place else (x,) + tuple(inputs)
-    # a shifted view would let one thread overwrite another's input
-    if any(cp.may_share_memory(out, a) for a in others):
-        return None, False
+    if any(_memory.overlap(out, a) != "none" for a in others):
+        raise Unsupported("out overlaps an input other than x itself")
     return out, in_place
 
 
 def _apply_rope(x, cos, sin, *, layout, inverse, out, storage):
     """The kernel launch; ``storage`` names the element type when the arrays hold raw bits
     (bfloat16 from torch arrives as int16 views)."""
+    with x.device:
+        out, launch = _apply_plan(x, cos, sin, layout=layout, inverse=inverse, out=out,
+                                  storage=storage)
+        if launch is not None:
+            launch()
+    return out
+
+
+def _apply_plan(x, cos, sin, *, layout, inverse, out, storage):
+    """``(out, launch)``: every check of an ``apply_rope`` launch made and its kernel built,
+    ``launch()`` (None: nothing to do) left to run, so that ``apply_rope_qk`` declines before
+    either of its launches writes anything. Under ``x``'s device."""
     dname = _check_rotary(x, cos, sin, storage, "apply_rope")
     code = _choice(layout, "layout", _ROPE_LAYOUTS)
     d, r = x.shape[-1], cos.shape[-1]
@@ -576,27 +591,20 @@ def _apply_rope(x, cos, sin, *, layout, inverse, out, storage):
     except ValueError:
         raise ValueError(f"cos {cos.shape} and sin {sin.shape} do not broadcast against "
                          f"x[..., :{r}] {x.shape[:-1] + (r,)}") from None
-    with x.device:
-        target, in_place = _prepare_out(x, out, lead + (d,), (cos, sin))
-        if target is None:  # overlapping out: through a temporary, as the generic code does
-            out[...] = _apply_rope(x, cos, sin, layout=layout, inverse=inverse, out=None,
-                                   storage=storage)
-            return out
-        out = target
-        rows, half_rot = math.prod(lead), r // 2
-        copy_cols = 0 if in_place else d - r
-        if rows == 0 or half_rot + copy_cols == 0:
-            return out
-        arrays = (x, out, cos, sin)
-        n, strides, index = _row_geometry(
-            lead, tuple(zip(("x", "out", "cos", "sin"), arrays)), d)
-        vec = _vector_pairs(arrays, strides, half_rot, code)
-        args = [x, out, cos, sin, np.int64(rows), np.int64(n[1]), np.int64(n[2]),
-                np.int64(n[3]), *strides, np.int32(half_rot), np.int32(copy_cols),
-                np.int32(code), np.int32(1 if inverse else 0), np.int32(vec)]
-        rotated = half_rot // 2 if vec else half_rot
-        _launch(kernel_name("apply_rope", dname, index), rows, rotated + copy_cols, args)
-    return out
+    out, in_place = _prepare_out(x, out, lead + (d,), (cos, sin))
+    rows, half_rot = math.prod(lead), r // 2
+    copy_cols = 0 if in_place else d - r
+    if rows == 0 or half_rot + copy_cols == 0:
+        return out, None
+    arrays = (x, out, cos, sin)
+    n, strides, index = _row_geometry(lead, tuple(zip(("x", "out", "cos", "sin"), arrays)), d)
+    vec = _vector_pairs(arrays, strides, half_rot, code)
+    args = [x, out, cos, sin, np.int64(rows), np.int64(n[1]), np.int64(n[2]),
+            np.int64(n[3]), *strides, np.int32(half_rot), np.int32(copy_cols),
+            np.int32(code), np.int32(1 if inverse else 0), np.int32(vec)]
+    rotated = half_rot // 2 if vec else half_rot
+    fn = _kernel(kernel_name("apply_rope", dname, index))
+    return out, lambda: _launch(fn, rows, rotated + copy_cols, args)
 
 
 _VECTOR_PAIRS = True  # the kernels' two-pairs-per-thread path where alignment allows
@@ -650,12 +658,8 @@ def _apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse
         raise ValueError(f"position_ids of shape {position_ids.shape} do not broadcast to "
                          f"x.shape[:-1] = {lead}")
     with x.device:
-        target, in_place = _prepare_out(x, out, tuple(x.shape), (cos_cache, sin_cache))
-        if target is None:
-            out[...] = _apply_rope_cached(x, cos_cache, sin_cache, position_ids, layout=layout,
-                                          inverse=inverse, out=None, storage=storage)
-            return out
-        out = target
+        out, in_place = _prepare_out(x, out, tuple(x.shape),
+                                     (cos_cache, sin_cache, position_ids))
         rows = math.prod(lead)
         copy_cols = 0 if in_place else d - 2 * half_rot
         if rows == 0 or half_rot + copy_cols == 0:
@@ -703,8 +707,27 @@ def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
     two launches on the current stream; ``k`` may have fewer heads (``cos``/``sin`` broadcast
     to both); ``out`` None or a ``(q_out, k_out)`` pair (each may be None)."""
     q_out, k_out = (None, None) if out is None else _pair(out, ("q_out", "k_out"))
-    return (_apply_rope(q, cos, sin, layout=layout, inverse=inverse, out=q_out, storage=None),
-            _apply_rope(k, cos, sin, layout=layout, inverse=inverse, out=k_out, storage=None))
+    return _apply_pair(q, k, cos, sin, cos, sin, layout=layout, inverse=inverse, q_out=q_out,
+                      k_out=k_out, storage=(None, None))
+
+
+def _apply_pair(q, k, cq, sq, ck, sk, *, layout, inverse, q_out, k_out, storage):
+    """Both launches of ``apply_rope_qk`` (tables ``cq, sq`` for ``q``, ``ck, sk`` for ``k``),
+    both planned before either runs: a refusal (``Unsupported``) comes before anything is
+    written, so the generic code that then serves the call reads ``q`` as it was. Outputs that
+    meet the other tensor or each other are refused (each launch sees its own arrays only)."""
+    if (q_out is not None and _memory.meets(q_out, (k, k_out))) or (
+            k_out is not None and _memory.meets(k_out, (q,))):
+        raise Unsupported("an output of apply_rope_qk meets the other tensor or output")
+    with q.device:
+        q_out, launch_q = _apply_plan(q, cq, sq, layout=layout, inverse=inverse, out=q_out,
+                                      storage=storage[0])
+        k_out, launch_k = _apply_plan(k, ck, sk, layout=layout, inverse=inverse, out=k_out,
+                                      storage=storage[1])
+        for launch in (launch_q, launch_k):
+            if launch is not None:
+                launch()
+    return q_out, k_out
 
 
 # ------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from . import _cpu, _xp, one_thread_wanted
+from . import Unsupported, _cpu, _memory, _xp, one_thread_wanted
 
 __all__ = ["apply_rope", "apply_rope_cached", "apply_rope_qk", "have_openmp", "max_threads",
            "rope_cos_sin", "sinusoid_table", "supports", "thread_count"]
@@ -36,6 +36,10 @@ VALIDATES = frozenset({"apply_rope_cached"})
 # ``supports`` reads types, dtypes and options only (shapes and strides are the kernels' late
 # ``Unsupported``): its answer may be memoised per signature (``_dispatch.route``)
 SIGNATURE_SUPPORTS = True
+# ops that refuse (``Unsupported``, nothing written) outputs meeting an input other than their
+# own x in place, or each other: the kernels' guard, and apply_rope_qk's across q and k
+GUARDS = frozenset({"apply_rope", "apply_rope_cached", "apply_rope_qk"})
+_memory.use_bounds(_cpu.bounds_meeting)
 
 
 def _dtype_codes() -> dict:
@@ -329,15 +333,17 @@ def _threads_and_stores(nbytes):
     return thread_count(nbytes), nbytes >= _STREAM_MIN_BYTES
 
 
-def _rotate(x, cos, sin, out, tx, tc, interleaved, inverse, pos=None):
-    """The kernel into ``out`` (allocated when None); returns the result."""
+def _rotate(x, cos, sin, out, tx, tc, interleaved, inverse, pos=None, check_only=False):
+    """The kernel into ``out`` (allocated when None); returns the result. ``check_only``
+    (given tables, no ``pos``): raise ``Unsupported`` as the call would, writing nothing."""
     nbytes = x.nbytes
     if out is None:
         out = np.empty(x.shape, x.dtype) if nbytes < _BLOCK_MIN_BYTES else _empty(x.shape,
                                                                                    x.dtype)
     nthreads, stream = _threads_and_stores(nbytes)
     if pos is None:
-        _cpu.apply_rope(x, cos, sin, out, tx, tc, interleaved, inverse, nthreads, stream)
+        _cpu.apply_rope(x, cos, sin, out, tx, tc, interleaved, inverse, nthreads, stream,
+                        check_only=check_only)
     else:
         _cpu.apply_rope_cached(x, cos, sin, pos, out, tx, tc, interleaved, inverse, nthreads,
                                stream)
@@ -360,8 +366,22 @@ def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
     cq, sq, tcq = _tables_for(tq, cos, sin, _code(cos.dtype))
     ck, sk, tck = (cq, sq, tcq) if tk == tq else _tables_for(tk, cos, sin, _code(cos.dtype))
     qo, ko = (None, None) if out is None else out
+    _qk_outputs_apart(q, k, qo, ko)
+    if qo is not None and np.may_share_memory(qo, q):
+        # q rotates in place: k's kernel must accept its arrays first, or the generic path
+        # that serves the call then would rotate q a second time
+        ko = np.empty(k.shape, k.dtype) if ko is None else ko
+        _rotate(k, ck, sk, ko, tk, tck, inter, inverse, check_only=True)
     return (_rotate(q, cq, sq, qo, tq, tcq, inter, inverse),
             _rotate(k, ck, sk, ko, tk, tck, inter, inverse))
+
+
+def _qk_outputs_apart(q, k, q_out, k_out):
+    """Refuse (``Unsupported``) an apply_rope_qk whose outputs meet the other tensor or each
+    other: each rotation's kernel sees its own arrays only (GUARDS)."""
+    if (q_out is not None and _memory.meets(q_out, (k, k_out))) or (
+            k_out is not None and _memory.meets(k_out, (q,))):
+        raise Unsupported("an output of apply_rope_qk meets the other tensor or output")
 
 
 def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):

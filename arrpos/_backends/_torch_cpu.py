@@ -21,6 +21,8 @@ _CODES = {torch.float32: _numpy._F32, torch.float64: _numpy._F64, torch.float16:
 _TABLE_DTYPE = {_numpy._F32: torch.float32, _numpy._F64: torch.float64,
                 _numpy._F16: torch.float32, _numpy._BF16: torch.float32}
 _INT_IDS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+# as _numpy's: the kernels refuse outputs that meet the inputs (on the tensors' NumPy views)
+GUARDS = _numpy.GUARDS
 
 
 def _servable(t) -> bool:
@@ -78,11 +80,12 @@ def _empty(shape, dtype):
     return torch.from_numpy(_numpy.empty_bytes(nbytes)).view(dtype).view(shape)
 
 
-def _rotate(x, cn, sn, tc, out, layout, inverse, pos=None):
+def _rotate(x, cn, sn, tc, out, layout, inverse, pos=None, check_only=False):
     res = out if out is not None else _empty(tuple(x.shape), x.dtype)
     xn = _np(x)
     on = xn if res is x else _np(res)
-    _numpy._rotate(xn, cn, sn, on, _CODES[x.dtype], tc, layout == "interleaved", inverse, pos)
+    _numpy._rotate(xn, cn, sn, on, _CODES[x.dtype], tc, layout == "interleaved", inverse, pos,
+                   check_only)
     return res
 
 
@@ -93,8 +96,15 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
 
 def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
     qo, ko = (None, None) if out is None else out
+    if qo is not None or ko is not None:  # (the NumPy views: their bounds in C)
+        nq, nk = _np(q), _np(k)
+        _numpy._qk_outputs_apart(nq, nk, qo if qo is None else (nq if qo is q else _np(qo)),
+                                 ko if ko is None else (nk if ko is k else _np(ko)))
     cq, sq, tq = _tables(_CODES[q.dtype], cos, sin)
     ck, sk, tk = (cq, sq, tq) if k.dtype == q.dtype else _tables(_CODES[k.dtype], cos, sin)
+    if qo is not None and qo.untyped_storage().data_ptr() == q.untyped_storage().data_ptr():
+        # q rotates in place (as _numpy.apply_rope_qk): k's kernel must accept its arrays first
+        ko = _rotate(k, ck, sk, tk, ko, layout, inverse, check_only=True)
     return (_rotate(q, cq, sq, tq, qo, layout, inverse),
             _rotate(k, ck, sk, tk, ko, layout, inverse))
 
@@ -139,4 +149,4 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     sin = _table_out(None if out is None else out[1], full, dtype)
     _numpy._table_into(_np(positions), w, np.zeros_like(w), _np(cos), _CODES[dtype], full[-1],
                        layout, attention_factor, _np(sin))
-    return (cos, sin) if out is None else out
+    return cos, sin

@@ -34,6 +34,8 @@ __all__ = ["alibi_bias", "apply_rope", "apply_rope_cached", "apply_rope_qk", "cu
            "rope_cos_sin", "sinusoid_table", "supports"]
 
 _CUPY_FOUND: bool | None = None
+# as _cupy's: its launches refuse outputs that meet the inputs (on the CuPy views)
+GUARDS = _cupy.GUARDS
 
 
 def cupy_available() -> bool:
@@ -212,16 +214,17 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse,
 
 def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope_qk`` for CUDA tensors: two launches sharing one export of the
-    tables; ``out`` None or a ``(q_out, k_out)`` pair (each may be None)."""
+    tables, both checked before either runs; ``out`` None or a ``(q_out, k_out)`` pair (each
+    may be None)."""
     q_out, k_out = (None, None) if out is None else _cupy._pair(out, ("q_out", "k_out"))
     q_out, q_given = _rotation_out(q, _lead(q, cos, sin), q_out)
     k_out, k_given = _rotation_out(k, _lead(k, cos, sin), k_out)
     with _on_torch_stream(q.device):
         ccos, csin = _as_cupy(cos), _as_cupy(sin)
-        for t, t_out in ((q, q_out), (k, k_out)):
-            ct, cout = _export_pair(t, t_out)
-            _cupy._apply_rope(ct, ccos, csin, layout=layout, inverse=inverse, out=cout,
-                              storage=_name(t.dtype))
+        cq, cq_out = _export_pair(q, q_out)
+        ck, ck_out = _export_pair(k, k_out)
+        _cupy._apply_pair(cq, ck, ccos, csin, ccos, csin, layout=layout, inverse=inverse,
+                          q_out=cq_out, k_out=ck_out, storage=(_name(q.dtype), _name(k.dtype)))
     for t, given in ((q_out, q_given), (k_out, k_given)):
         if given:
             _mark_written(t)
