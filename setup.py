@@ -1,9 +1,9 @@
 """Build of the compiled CPU kernels (arrpos._backends._cpu); everything else is in pyproject.toml.
 
 C++17 templates (csrc/*.hpp) behind a Cython module. Threads come from the kernels' own pool
-(csrc/pool.hpp), not OpenMP; ARRPOS_NO_THREADS=1 (or the older ARRPOS_NO_OPENMP=1) builds a
-single-threaded extension. No -march=native: wheels must run on any x86-64/aarch64; the AVX2 and
-AVX-512 code is chosen at run time.
+(csrc/pool.hpp); ARRPOS_NO_THREADS=1 builds a single-threaded extension (ARRPOS_NO_OPENMP=1, its
+name from when the kernels used OpenMP, still works and is deprecated). No -march=native: wheels
+must run on any x86-64/aarch64; the AVX2 and AVX-512 code is chosen at run time.
 
 The extension is optional: without a working C compiler (or Cython) the package installs
 without it and runs the generic Array API code (``arrpos info`` says the kernels are not
@@ -58,6 +58,9 @@ def _flags():
     if sys.platform == "win32":
         return ["/O2", "/std:c++17", "/DARRPOS_NO_THREADS"]
     flags = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-math-errno"]
+    if os.environ.get("ARRPOS_NO_OPENMP"):
+        print("arrpos: WARNING: ARRPOS_NO_OPENMP is deprecated (the kernels use their own thread "
+              "pool, not OpenMP): set ARRPOS_NO_THREADS=1", file=sys.stderr)
     if os.environ.get("ARRPOS_NO_THREADS") or os.environ.get("ARRPOS_NO_OPENMP"):
         flags.append("-DARRPOS_NO_THREADS")
     else:

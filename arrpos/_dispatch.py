@@ -232,8 +232,9 @@ def compiled_available(*, ignore_switch: bool = False) -> tuple[bool, str | None
 
 
 def compiled_threads() -> dict[str, object]:
-    """The CPU kernels' threading: built with OpenMP, and the threads a large call uses."""
+    """The CPU kernels' threading: built with their thread pool, and the threads a large call
+    uses."""
     mod = _load("_numpy")
     if mod is None:
-        return {"openmp": False, "threads": 1}
-    return {"openmp": mod.have_openmp(), "threads": mod.max_threads()}
+        return {"thread_pool": False, "threads": 1}
+    return {"thread_pool": mod.have_threads(), "threads": mod.max_threads()}

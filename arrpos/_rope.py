@@ -688,10 +688,15 @@ def _check_ids_in_range(xp, position_ids, max_positions):
     """Eager arrays only (reading a lazy one would compute it): ``0 <= id < max_positions``."""
     if is_lazy(position_ids) or position_ids.size == 0:
         return
-    if bool(xp.all((position_ids >= 0) & (position_ids < max_positions))):
+    ids = position_ids
+    if ids.dtype != xp.int64 and ids.dtype != xp.int32:  # torch compares few unsigned dtypes
+        ids = xp.astype(ids, xp.int64)  # (an unsigned id past int64 wraps: negative, refused)
+    if bool(xp.all((ids >= 0) & (ids < max_positions))):
         return
-    lo, hi = int(xp.min(position_ids)), int(xp.max(position_ids))
+    lo, hi = int(xp.min(ids)), int(xp.max(ids))
     bad = lo if lo < 0 else hi
+    if bad < 0 and xp.isdtype(position_ids.dtype, "unsigned integer"):
+        bad += 2**64
     raise ValueError(f"position_ids must be in [0, max_positions) = [0, {max_positions}) "
                      f"(max_positions = cos_cache.shape[0]), got {bad}")
 

@@ -98,11 +98,6 @@ def have_threads():
     return bool(cpp_have_threads())
 
 
-def have_openmp():
-    """Compatibility name of ``have_threads`` (the kernels no longer use OpenMP)."""
-    return bool(cpp_have_threads())
-
-
 def max_threads():
     """Threads a parallel call may use: ARRPOS_NUM_THREADS, else OMP_NUM_THREADS, else the
     CPUs this process may run on (read once); 1 when built without threads."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import Unsupported, _cpu, _memory, _xp, one_thread_wanted
 
-__all__ = ["apply_rope", "apply_rope_cached", "apply_rope_qk", "have_openmp", "max_threads",
+__all__ = ["apply_rope", "apply_rope_cached", "apply_rope_qk", "have_threads", "max_threads",
            "rope_cos_sin", "sinusoid_table", "supports", "thread_count"]
 
 _BLOCK_TABLE_ELEMENTS = 1 << 14  # rows x frequencies of a rotation table (256 KiB: L2-resident)
@@ -65,8 +65,8 @@ def max_threads() -> int:
     return _cpu.max_threads()
 
 
-def have_openmp() -> bool:
-    """Whether the extension was built with threads (its own pool; the name predates it)."""
+def have_threads() -> bool:
+    """Whether the extension was built with its thread pool (else every call runs on one)."""
     return bool(_cpu.have_threads())
 
 

@@ -1,10 +1,12 @@
 """Torch CPU tensors to the compiled kernels, zero-copy through DLPack.
 
 Used by ``_dispatch`` only for CPU tensors that do not require grad (autograd needs the generic
-path's ordinary expressions). Same function names and signatures as ``_xp``; every function
-views the tensors as NumPy arrays (no copy) and runs the ``_numpy`` kernels on them with the
-tensors' storage types: float32, float64, float16, and bfloat16 (NumPy has no bfloat16 of its
-own, so it travels as int16 bits and the kernel is told).
+path's ordinary expressions) and whose memory is really there (``_memory.tensor_memory_known``:
+not under ``torch.compile``, ``vmap`` or ``grad``, not fake, meta or a subclass; the generic
+path serves those, as ordinary torch code). Same function names and signatures as ``_xp``;
+every function views the tensors as NumPy arrays (no copy) and runs the ``_numpy`` kernels on
+them with the tensors' storage types: float32, float64, float16, and bfloat16 (NumPy has no
+bfloat16 of its own, so it travels as int16 bits and the kernel is told).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import numpy as np
 import torch
 
 from . import Unsupported, _numpy
+from ._memory import tensor_has_storage, torch_tracing
 
 __all__ = ["apply_rope", "apply_rope_cached", "apply_rope_qk", "rope_cos_sin", "sinusoid_table",
            "supports"]
@@ -20,21 +23,27 @@ _CODES = {torch.float32: _numpy._F32, torch.float64: _numpy._F64, torch.float16:
           torch.bfloat16: _numpy._BF16}
 _TABLE_DTYPE = {_numpy._F32: torch.float32, _numpy._F64: torch.float64,
                 _numpy._F16: torch.float32, _numpy._BF16: torch.float32}
-_INT_IDS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+# ids of every integer dtype: the kernel reads int64 (others converted, torch's unsigned
+# types included, for which torch itself has few operations)
+_INT_IDS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+                      torch.uint16, torch.uint32, torch.uint64})
+# the kernels check the ids they gather (ValueError naming position_ids): _dispatch.call_checked
+VALIDATES = frozenset({"apply_rope_cached"})
 # as _numpy's: the kernels refuse outputs that meet the inputs (on the tensors' NumPy views)
 GUARDS = _numpy.GUARDS
 
 
 def _servable(t) -> bool:
-    """A tensor the kernels may read or write through a NumPy view: a strided CPU tensor without
-    autograd, and no neg/conj bit (its memory holds the other sign: the generic path resolves it)."""
-    return (t.device.type == "cpu" and not t.requires_grad and t.layout == torch.strided
+    """A tensor the kernels may read or write through a NumPy view (outside a trace): a CPU
+    tensor with storage (``tensor_has_storage``), without autograd, and no neg/conj bit (its
+    memory holds the other sign: the generic path resolves it)."""
+    return (t.device.type == "cpu" and not t.requires_grad and tensor_has_storage(t)
             and not t.is_neg() and not t.is_conj())
 
 
 def supports(op, arrays, **kwargs) -> bool:
     """CPU tensors without autograd, of a kernel dtype (shapes and strides: checked late)."""
-    if op not in _numpy._OPS or not arrays:
+    if op not in _numpy._OPS or not arrays or torch_tracing():
         return False
     qk = op == "apply_rope_qk"
     for a in (arrays[:4] + _numpy._qk_outs(arrays)) if qk else arrays:
@@ -59,6 +68,14 @@ def _np(t):
     """A NumPy view of a tensor (bfloat16 as its int16 bits)."""
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)
+    return np.from_dlpack(t)
+
+
+def _ids(t):
+    """Position ids as a NumPy int64 array: a view where they already are, else converted
+    (an unsigned id beyond int64 wraps negative, and the kernel rejects it as out of range)."""
+    if t.dtype != torch.int64:
+        t = t.to(torch.int64)
     return np.from_dlpack(t)
 
 
@@ -111,18 +128,16 @@ def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
 
 def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
     tx, tc = _CODES[x.dtype], _CODES[cos_cache.dtype]
-    pos = _np(position_ids)
+    pos = _ids(position_ids)
     if (tx, tc) not in _numpy._APPLY_TYPES:  # only the rows used, converted
         n = cos_cache.shape[0]
         if pos.size and (pos.min() < 0 or pos.max() >= n):
             raise ValueError(f"position_ids must lie in [0, {n}) (the cache rows), got values "
                              f"from {pos.min()} to {pos.max()}")
-        flat = torch.from_numpy(pos.reshape(-1).astype(np.int64))
+        flat = torch.from_numpy(np.ascontiguousarray(pos.reshape(-1)))
         dt = _TABLE_DTYPE[tx]
         cos_cache, sin_cache = cos_cache[flat].to(dt), sin_cache[flat].to(dt)
         pos, tc = np.arange(flat.shape[0], dtype=np.int64).reshape(pos.shape), _CODES[dt]
-    elif pos.dtype != np.int64:
-        pos = pos.astype(np.int64)
     return _rotate(x, _np(cos_cache), _np(sin_cache), tc, out, layout, inverse, pos)
 
 

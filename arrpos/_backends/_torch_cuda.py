@@ -2,7 +2,9 @@
 
 Same function names and signatures as ``_xp``. ``arrpos._dispatch`` sends a torch call here
 only when every array argument is a CUDA tensor on one device that does not require grad
-(autograd needs the generic code) and CuPy is installed. Each call:
+(autograd needs the generic code), whose memory is really there (``_memory.tensor_memory_known``:
+not under ``torch.compile``, ``vmap`` or ``grad``, not fake or a subclass), and CuPy is
+installed. Each call:
 
 * allocates outputs with torch (torch's caching allocator, on the tensors' device),
 * views every tensor as a CuPy array with ``cupy.from_dlpack`` (no copy),
@@ -29,6 +31,7 @@ import sys
 import numpy as np
 
 from . import _cupy
+from ._memory import tensor_has_storage, torch_tracing
 
 __all__ = ["alibi_bias", "apply_rope", "apply_rope_cached", "apply_rope_qk", "cupy_available",
            "rope_cos_sin", "sinusoid_table", "supports"]
@@ -61,11 +64,11 @@ def supports(op: str, arrays=(), **kwargs) -> bool:
     if not arrs or op not in _cupy.OP_DTYPES or kwargs.get("axes") is not None:
         return False  # without the arrays, device and autograd are unknown: generic path
     torch = _torch()
+    if not all(isinstance(t, torch.Tensor) and t.is_cuda for t in arrs) or torch_tracing():
+        return False
     for t in arrs:
-        if not isinstance(t, torch.Tensor) or not t.is_cuda or t.requires_grad:
-            return False
-        if t.layout != torch.strided or t.is_neg() or t.is_conj():
-            return False  # sparse, or neg/conj bit views (memory holds the other sign)
+        if t.requires_grad or t.is_neg() or t.is_conj() or not tensor_has_storage(t):
+            return False  # autograd, neg/conj bit views (memory holds the other sign), fakes
     if len({t.device for t in arrs}) > 1:
         return False
     if _name(kwargs.get("dtype", arrs[0].dtype)) not in _cupy.OP_DTYPES[op]:
