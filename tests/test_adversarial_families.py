@@ -187,6 +187,8 @@ def test_alibi_positions_past_2_53_are_refused():
 
 @pytest.mark.parametrize("dtype", ("int8", "uint8", "int16", "uint16", "int32", "uint32"))
 def test_alibi_from_mask_accepts_every_integer_mask(backend, dtype):
+    """A guard, not a regression: the mask already took every integer dtype; kept beside its
+    kin above so that the index-dtype widening keeps it so."""
     mask = np.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
     got = backend.to_numpy(arrpos.alibi_bias_from_mask(backend.asarray(np.array([0.5])),
                                                        _ints(backend, mask, dtype)))
@@ -540,7 +542,8 @@ def _with(arrays, arg, value):
 
 @pytest.mark.parametrize("name, call, arrays", ARRAY_CALLS, ids=[c[0] for c in ARRAY_CALLS])
 def test_table_of_calls_runs(name, call, arrays):
-    call(arrays)  # the table itself is right: failures below are the argument's
+    """The table itself is right (a guard for the tests that use it)."""
+    call(arrays)
 
 
 @pytest.mark.parametrize("name, call, arrays, arg", ARGS, ids=_IDS)
