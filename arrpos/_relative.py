@@ -288,7 +288,13 @@ def _t5_steps(num_buckets, max_exact, max_distance, top):
     Every distance from ``max_distance`` on has the last bucket, so the search ends there."""
     value = _t5_value(num_buckets, max_exact, max_distance)
     targets = np.arange(max_exact + 1, num_buckets, dtype=np.int64)
-    return _first_reaching(value, targets, max_exact, min(max_distance, top))
+    return _read_only(_first_reaching(value, targets, max_exact, min(max_distance, top)))
+
+
+def _read_only(a):
+    """A cached array every caller shares: nobody may write it."""
+    a.flags.writeable = False
+    return a
 
 
 def _deberta_value(bucket_size, max_position):
@@ -323,10 +329,11 @@ def _deberta_steps(bucket_size, max_position, top):
     the bucket ``mid``, as in transformers."""
     mid = bucket_size // 2
     if top <= mid:
-        return np.zeros((0,), dtype=np.int64)
+        return _read_only(np.zeros((0,), dtype=np.int64))
     vmax = _deberta_top(bucket_size, max_position, top)
     targets = np.arange(mid + 1, vmax + 1, dtype=np.int64)
-    return _first_reaching(_deberta_value(bucket_size, max_position), targets, mid, top)
+    return _read_only(_first_reaching(_deberta_value(bucket_size, max_position), targets, mid,
+                                      top))
 
 
 def _distance_top(xp, dtype, wide) -> int:

@@ -35,6 +35,7 @@ from ._lib import (
     detached,
     device_of,
     dtype_kind,
+    finfo,
     has_float64,
     is_lazy,
     remember,
@@ -992,7 +993,7 @@ def xpos_scale(positions, /, dim, *, scale_base=512.0, layout="half", dtype=None
     pos = check_positions(xp, pos, "positions")
     rates = _xpos_rates(dim, scale_base)
     if not is_lazy(pos) and pos.size:
-        limit = math.log(float(xp.finfo(dtype).max)) / abs(float(rates[0]))
+        limit = math.log(float(finfo(xp, dtype).max)) / abs(float(rates[0]))
         big = float(xp.max(xp.abs(pos)))
         if big >= limit:
             raise ValueError(f"positions must satisfy |positions| < {limit:.6g} for xpos_scale "
@@ -1343,7 +1344,7 @@ class RoPE:
                  "rotary_dim", "inverse", "attention_scale", "position_scale", "_tables",
                  "__weakref__")
 
-    def __init__(self, head_dim, /, *, base=10000.0, scaling=None, partial_rotary_factor=1.0,
+    def __init__(self, head_dim, *, base=10000.0, scaling=None, partial_rotary_factor=1.0,
                  layout="half", axes=None, inverse=False, attention_scale=1.0,
                  position_scale=None):
         head_dim = check_positive_int(head_dim, "head_dim")

@@ -31,8 +31,7 @@ def _torch_reference(layout):
         import torch
     except ImportError:
         return None, None
-    # at most 2, never more than OpenMP allows (OMP_NUM_THREADS=1 must stay 1: torch and the
-    # kernels share libgomp, so raising torch's count would raise the kernels' too)
+    # at most 2 threads, as the kernels' pool, and never more than OMP_NUM_THREADS allows
     torch.set_num_threads(min(2, torch.get_num_threads()))
 
     def rotate_half(x, cos, sin):

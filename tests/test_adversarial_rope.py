@@ -581,14 +581,7 @@ def _sixteen():
     return [ml.bfloat16, np.float16]
 
 
-# The generic apply_rope_cached (_backends/_xp.py) multiplies 16-bit x by 16-bit caches in 16
-# bits, where apply_rope computes in float32 and rounds once, as every kernel does; its
-# docstring promises the same results. Strict: passes (and fails here) once _xp is fixed.
-_XP_16BIT = pytest.mark.xfail(_dispatch.extensions_disabled(), strict=True,
-                              reason="_xp.apply_rope_cached rounds 16-bit products in 16 bits")
 
-
-@_XP_16BIT
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("prf", [1.0, 0.5])
 def test_16bit_numpy_through_the_class_equals_the_function_path(layout, prf):
@@ -626,7 +619,6 @@ def test_16bit_numpy_real_positions():
         assert _bits(rope.apply(x, p16, heads_axis=-2)) == _bits(_function_path(rope, x, p16, -2))
 
 
-@_XP_16BIT
 def test_16bit_torch_through_the_class_equals_the_function_path():
     torch = pytest.importorskip("torch")
     rope = arrpos.RoPE(32, base=700.0)

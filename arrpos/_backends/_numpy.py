@@ -146,6 +146,11 @@ class _RotationTables:
 _rotation_tables = _RotationTables(_TABLE_CACHE_BYTES)
 
 
+def cache_clear() -> None:
+    """Free what this adapter keeps between calls (``arrpos.clear_caches`` calls it)."""
+    _rotation_tables.cache_clear()
+
+
 def table_cache_bytes() -> int:
     """Bytes held by the rotation-table cache (tables and keys)."""
     return _rotation_tables.nbytes()

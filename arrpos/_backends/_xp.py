@@ -400,6 +400,9 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse,
         x1, x2 = x[..., :half], x[..., half:r]
     else:
         x1, x2 = x[..., 0:r:2], x[..., 1:r:2]
+    if float_bits(xp, x.dtype) == 16 and float_bits(xp, c.dtype) == 16:
+        # 16-bit data: computed in float32 and rounded once, as apply_rope and the kernels
+        x1, x2, c, s = (xp.astype(a, xp.float32) for a in (x1, x2, c, s))
     y1 = x1 * c - x2 * s
     y2 = x2 * c + x1 * s
     if y1.dtype != x.dtype:
