@@ -33,11 +33,13 @@ from ._diffusers import DiffusersPositions, from_diffusers_config
 from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_bias_from_positions, alibi_slopes
 from ._attention import PositionProperties, attention, properties, similarity
 from ._conv import conv_positional, conv_positional_2d
-from ._learned import learned_init, lookup, resample
+from ._learned import learned_init, lookup, resample, resample_grids, resize_relative_table
 from ._packed import packed_mask, packed_positions
+from ._vision import CoordAugmentation, augment_coords, coord_augmentation, patch_coords
 from ._relative import (
     deberta_bucket,
     deberta_scores,
+    log_relative_coords,
     rel_shift,
     relative_bias,
     relative_index_nd,
@@ -105,12 +107,20 @@ __all__ = sorted(
         "learned_init",
         "lookup",
         "resample",
+        "resample_grids",
+        "resize_relative_table",
+        # vision: per-sample patch grids, coordinate augmentation
+        "CoordAugmentation",
+        "augment_coords",
+        "coord_augmentation",
+        "patch_coords",
         # packed sequences
         "packed_mask",
         "packed_positions",
         # relative
         "deberta_bucket",
         "deberta_scores",
+        "log_relative_coords",
         "rel_shift",
         "relative_bias",
         "relative_index_nd",

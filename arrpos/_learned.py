@@ -23,6 +23,7 @@ from ._lib import (
     check_size,
     check_positive_int,
     check_real_scalar,
+    check_shape,
     default_float,
     device_of,
     dtype_name,
@@ -33,7 +34,7 @@ from ._lib import (
     round_once,
 )
 
-__all__ = ["learned_init", "lookup", "resample"]
+__all__ = ["learned_init", "lookup", "resample", "resample_grids", "resize_relative_table"]
 
 _METHODS_INIT = ("normal", "trunc_normal", "sinusoidal", "zeros")
 _METHODS_RESAMPLE = ("linear", "cubic")
@@ -180,18 +181,31 @@ def lookup(table, positions, /):
     return xp.reshape(rows, shape + (table.shape[1],))
 
 
-def _weights_1d(n_in, n_out, method, single):
-    """Taps ``(index, weight)``, each ``(n_out, T)``, of torch's ``align_corners=False``
-    resampling: output ``i`` is ``sum_t weight[i, t] * input[index[i, t]]``.
+def _scale(n_in, n_out, align_corners, f):
+    """The scale of torch's ``area_pixel_compute_scale`` in precision ``f``: ``n_in / n_out``, or
+    ``(n_in - 1) / (n_out - 1)`` (0 for one output) with ``align_corners``."""
+    if align_corners:
+        return f(f(n_in - 1) / f(n_out - 1)) if n_out > 1 else f(0.0)
+    return f(f(n_in) / f(n_out))
+
+
+def _weights_1d(n_in, n_out, method, single, align_corners=False):
+    """Taps ``(index, weight)``, each ``(n_out, T)``, of torch's resampling: output ``i`` is
+    ``sum_t weight[i, t] * input[index[i, t]]``.
 
     torch forms the source coordinates and the weights in the input's precision (float for a
     float32 input, double for float64); ``single`` repeats its float32 operations step by step
     so that the weights are torch's own, then they are applied in the working precision.
     Taps past the border are clamped onto it, as torch does (their weights add up there).
+    The source of output ``i`` is ``scale * (i + 0.5) - 0.5`` (``align_corners=False``) or
+    ``scale * i`` (``align_corners=True``: the corner samples meet).
     """
     f = np.float32 if single else np.float64
-    scale = f(f(n_in) / f(n_out))
-    src = scale * (np.arange(n_out).astype(f) + f(0.5)) - f(0.5)
+    scale = _scale(n_in, n_out, align_corners, f)
+    if align_corners:
+        src = scale * np.arange(n_out).astype(f)
+    else:
+        src = scale * (np.arange(n_out).astype(f) + f(0.5)) - f(0.5)
     if method == "linear":
         src = np.maximum(src, f(0.0))  # torch clamps negative sources for linear modes
         i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
@@ -238,16 +252,18 @@ def _aa_filter(x, method, f):
     return np.where(x < f(1.0), near, np.where(x < f(2.0), far, f(0.0))).astype(f)
 
 
-def _weights_1d_aa(n_in, n_out, method, single):
+def _weights_1d_aa(n_in, n_out, method, single, align_corners=False):
     """Taps ``(index, weight)`` ``(n_out, T)`` of torch's ``antialias=True`` resampling.
 
     As torch's ``_compute_indices_min_size_weights_aa``: when downsampling the filter's
     support widens by the factor ``n_in / n_out`` (a low-pass before sampling); taps outside
     the input are dropped and each row is renormalised (no border clamping). The mixed
-    float/double steps of torch's float32 path are repeated when ``single``.
+    float/double steps of torch's float32 path are repeated when ``single``. With
+    ``align_corners`` torch changes only the scale (``(n_in - 1) / (n_out - 1)``); the
+    filter stays centred on ``scale * (i + 0.5)``.
     """
     f, d = (np.float32 if single else np.float64), np.float64
-    scale = f(f(n_in) / f(n_out))
+    scale = _scale(n_in, n_out, align_corners, f)
     down = scale >= 1.0
     half = 1.0 if method == "linear" else 2.0  # half the filter's support at scale 1
     support = f(half * d(scale)) if down else f(half)
@@ -297,10 +313,10 @@ def _size_tuple(size, name):
 
 
 def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
-             antialias=False):
+             antialias=False, align_corners=False):
     """Resize a learned position table to a new length or grid (timm's
-    ``resample_abs_pos_embed``), equal to ``torch.nn.functional.interpolate`` with
-    ``align_corners=False`` and the same ``antialias``.
+    ``resample_abs_pos_embed``), equal to ``torch.nn.functional.interpolate`` with the same
+    ``align_corners`` and ``antialias``.
 
     Parameters
     ----------
@@ -322,6 +338,12 @@ def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
         rest renormalised; the antialiased cubic uses ``A = -0.5``, so even enlarging differs
         from ``antialias=False``. For a 1-D table it is torch's 2-D antialiased filter on a
         ``(1, n)`` grid (torch's own ``linear`` mode has no antialias).
+    align_corners : bool, optional
+        torch's ``align_corners``: False (the default, timm) samples output ``i`` at
+        ``(i + 0.5) * n_in / n_out - 0.5``; True at ``i * (n_in - 1) / (n_out - 1)``, so the
+        corner rows of the old and new grids coincide (Qwen3-VL / Qwen3.5's vision towers,
+        NaFlex's ``pos_embed_align_corners``). With ``antialias`` torch changes only the scale
+        to ``(n_in - 1) / (n_out - 1)``, and so does this.
 
     Returns
     -------
@@ -331,7 +353,7 @@ def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
     Raises
     ------
     TypeError
-        ``table`` not floating; sizes not ints; ``antialias`` not a bool.
+        ``table`` not floating; sizes not ints; ``antialias`` or ``align_corners`` not a bool.
     ValueError
         Bad shapes: ``table`` with fewer than two axes, ``old_size`` not matching the rows, a
         non-square row count without ``old_size``, mixed 1-D/2-D sizes, unknown ``method``;
@@ -359,6 +381,8 @@ def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
     (49, 3)
     >>> np.round(arrpos.resample(np.arange(4.0)[:, None], 2, antialias=True)[:, 0], 4).tolist()
     [0.7143, 2.2857]
+    >>> arrpos.resample(np.array([[0.0], [1.0]]), 3, align_corners=True)[:, 0].tolist()
+    [0.0, 0.5, 1.0]
     """
     xp = array_namespace(table, name="table")
     _check_table(xp, table)
@@ -366,6 +390,7 @@ def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
     prefix = check_positive_int(prefix_tokens, "prefix_tokens", minimum=0)
     method = check_choice(method, "method", _METHODS_RESAMPLE)
     antialias = check_bool(antialias, "antialias")
+    align_corners = check_bool(align_corners, "align_corners")
     rows = table.shape[-2]
     if prefix > rows:
         raise ValueError(f"prefix_tokens must be <= the {rows} rows of table, got {prefix}")
@@ -396,22 +421,369 @@ def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
     dim = table.shape[-1]
     check_size(math.prod(lead) * (prefix + math.prod(new)) * dim,
                f"the resampled table (size={size!r})")
-    dev = device_of(table)
-    body = table[..., prefix:, :]
-    # work in float64 where the device has it and round once: closer to the exact kernel
-    # than any float32 accumulation order (torch's included)
-    work = xp.float64 if has_float64(xp, dev) else xp.float32
-    single = table.dtype != getattr(xp, "float64", None)
-    grid = xp.reshape(xp.astype(body, work), lead + old + (dim,))
-    for axis, (n_in, n_out) in enumerate(zip(old, new)):
-        if n_in == n_out:
-            continue  # torch's weights are the identity then
-        index, weight = (_weights_1d_aa if antialias else _weights_1d)(n_in, n_out, method,
-                                                                       single)
-        index = xp.asarray(index, dtype=index_dtype(xp, dev), device=dev)
-        weight = from_host(xp, weight, work, dev)
-        grid = _apply_taps(xp, grid, index, weight, axis - len(old) - 1)
+    work, single = _work(xp, table)
+    grid = xp.reshape(xp.astype(table[..., prefix:, :], work), lead + old + (dim,))
+    grid = _resample_grid(xp, grid, old, new, method=method, antialias=antialias,
+                          align_corners=align_corners, single=single)
     out = round_once(xp, xp.reshape(grid, lead + (math.prod(new), dim)), table.dtype)
     if prefix:
         out = xp.concat([table[..., :prefix, :], out], axis=-2)
+    return out
+
+
+def _work(xp, table):
+    """``(work dtype, single)``: float64 where the device has it (the taps are applied there
+    and the result rounded once: closer to the exact kernel than any float32 accumulation
+    order, torch's included); ``single`` when torch would form the weights in float32."""
+    work = xp.float64 if has_float64(xp, device_of(table)) else xp.float32
+    return work, table.dtype != getattr(xp, "float64", None)
+
+
+def _resample_grid(xp, grid, old, new, *, method, antialias, align_corners, single):
+    """Resample the grid axes ``old`` (just before the feature axis) of ``grid`` to ``new``,
+    one gather of torch's taps per axis, in ``grid``'s (working) dtype."""
+    dev = device_of(grid)
+    for axis, (n_in, n_out) in enumerate(zip(old, new)):
+        if n_in == n_out:
+            continue  # torch's weights are the identity then
+        weights = _weights_1d_aa if antialias else _weights_1d
+        index, weight = weights(n_in, n_out, method, single, align_corners)
+        index = xp.asarray(index, dtype=index_dtype(xp, dev), device=dev)
+        weight = from_host(xp, weight, grid.dtype, dev)
+        grid = _apply_taps(xp, grid, index, weight, axis - len(old) - 1)
+    return grid
+
+
+def _grid_order(h, w, merge):
+    """Row-major indices of an ``h x w`` grid listed in merge-block order: blocks of
+    ``merge x merge`` patches, blocks and their patches row-major (transformers'
+    ``get_vision_interpolation_indices_and_weights`` with ``spatial_merge_size``)."""
+    rows, cols = np.arange(h).reshape(h, 1), np.arange(w).reshape(1, w)
+    flat = (rows * w + cols).reshape(h // merge, merge, w // merge, merge)
+    return flat.transpose(0, 2, 1, 3).reshape(-1)
+
+
+def resample_grids(table, grids, /, *, old_size=None, method="linear", align_corners=False,
+                   antialias=False, merge_size=1, preserve_aspect=False, pad_to=None):
+    """Resample one learned grid table to the grid of every image of a batch (per-image
+    interpolation: Qwen2-VL-style packed sequences, timm NaFlex padded batches).
+
+    Image ``b`` of grid ``(h, w)`` (or ``(t, h, w)``: ``t`` frames of the same grid) gets
+    ``resample(table, (h, w), old_size=old_size, ...)``, its rows listed row-major (or in
+    merge-block order) and repeated for each frame. The images' rows are packed one after
+    the other, or padded per image to ``pad_to`` rows.
+
+    Parameters
+    ----------
+    table : array
+        Floating ``(rows, dim)``: the flattened row-major grid of the learned embedding.
+    grids : array or sequence of tuples
+        ``(n, 2)`` integer ``(h, w)`` or ``(n, 3)`` ``(t, h, w)`` grids (Qwen's
+        ``grid_thw``), sizes >= 1.
+    old_size : tuple of int, optional
+        The table's grid; default the square of ``rows``.
+    method : {"linear", "cubic"}, optional
+        torch ``bilinear`` or ``bicubic`` (see :func:`resample`).
+    align_corners : bool, optional
+        torch's ``align_corners`` (True for Qwen3-VL / Qwen3.5's towers).
+    antialias : bool, optional
+        torch's ``antialias``.
+    merge_size : int, optional
+        Lists each image's patches in blocks of ``merge_size x merge_size`` (the vision
+        towers' ``spatial_merge_size``: the order of :func:`vision_position_ids`); ``h`` and
+        ``w`` must be multiples of it. 1 (the default) keeps row-major order.
+    preserve_aspect : bool, optional
+        Resample to the square ``(m, m)``, ``m = max(h, w)``, and keep its top-left
+        ``(h, w)`` block (timm NaFlex's ``pos_embed_ar_preserving``).
+    pad_to : int, optional
+        Output ``(n, pad_to, dim)``, rows past each image's ``t * h * w`` zero (NaFlex adds
+        nothing to its padding patches); default the packed ``(sum(t * h * w), dim)``. A
+        value below an image's row count is refused (never truncated).
+
+    Returns
+    -------
+    array
+        ``(sum(t * h * w), dim)`` packed, or ``(n, pad_to, dim)``, in ``table``'s dtype and
+        namespace; gradients flow into ``table``.
+
+    Raises
+    ------
+    TypeError
+        ``table`` not floating, ``grids`` not integer, options of the wrong kind.
+    ValueError
+        ``table`` not 2-D, ``old_size`` not matching its rows (or rows not square without
+        it), a grid size < 1 or not a multiple of ``merge_size``, ``pad_to`` too small,
+        unknown ``method``; an output of more than 2**34 elements.
+
+    Notes
+    -----
+    Each distinct grid is resampled once (torch's taps, as :func:`resample`, applied in
+    float64 where the device has it); one gather then lays the rows out and the result is
+    rounded once. transformers' ``get_vision_interpolation_indices_and_weights`` (Qwen3-VL,
+    Qwen3.5: ``align_corners=True``, ``spatial_merge_size``) forms the same bilinear
+    weights with one rounding fewer in float32 (within 1e-7 of torch's); timm's NaFlex
+    ``_apply_learned_naflex_pos_embed`` calls ``F.interpolate`` per grid. The grids are read
+    on the host (the output shape depends on them). Backend support: generic Array API code.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> table = np.arange(4.0 * 4).reshape(16, 1)          # a 4 x 4 grid of one feature
+    >>> out = arrpos.resample_grids(table, np.array([[1, 2, 2], [2, 2, 4]]), align_corners=True)
+    >>> out.shape                                        # 4 rows, then 2 frames of 8
+    (20, 1)
+    >>> out[:4, 0].tolist()                              # the corners of the 4 x 4 grid
+    [0.0, 3.0, 12.0, 15.0]
+    >>> arrpos.resample_grids(table, [(2, 2), (1, 3)], align_corners=True, pad_to=5)[1, :, 0].tolist()
+    [0.0, 1.5, 3.0, 0.0, 0.0]
+    """
+    from ._vision import host_grids
+
+    is_array = hasattr(grids, "shape") and hasattr(grids, "dtype")
+    xp = array_namespace(table, grids if is_array else None, name="table and grids")
+    _check_table(xp, table)
+    if table.ndim != 2:
+        raise ValueError(f"table must have shape (rows, dim), got {tuple(table.shape)}")
+    host, _ = host_grids(xp, grids, "grids", widths=(2, 3))
+    if host.shape[1] == 2:
+        host = np.concatenate([np.ones((len(host), 1), dtype=np.int64), host], axis=1)
+    method = check_choice(method, "method", _METHODS_RESAMPLE)
+    antialias = check_bool(antialias, "antialias")
+    align_corners = check_bool(align_corners, "align_corners")
+    preserve = check_bool(preserve_aspect, "preserve_aspect")
+    merge = check_positive_int(merge_size, "merge_size")
+    bad = (host[:, 1:] % merge).any(axis=1)
+    if bad.any():
+        b = int(np.argmax(bad))
+        raise ValueError(f"grids: h and w must be multiples of merge_size={merge}, got image {b} "
+                         f"of grid {tuple(int(v) for v in host[b])}")
+    rows, dim = table.shape
+    old = _table_grid(old_size, rows)
+    length = _grids_length(host, pad_to, dim)
+    work, single = _work(xp, table)
+    dev = device_of(table)
+    grid = xp.reshape(xp.astype(table, work), old + (dim,))
+    parts, offsets, start = [], {}, 0
+    for h, w in dict.fromkeys(map(tuple, host[:, 1:].tolist())):
+        size = (max(h, w),) * 2 if preserve else (h, w)
+        check_size(math.prod(size) * dim, f"the grid {size}")
+        out = _resample_grid(xp, grid, old, size, method=method, antialias=antialias,
+                             align_corners=align_corners, single=single)
+        parts.append(xp.reshape(out[:h, :w, :], (h * w, dim)))
+        offsets[(h, w)] = start
+        start += h * w
+    if pad_to is not None:  # one zero row at the end serves every padding row
+        parts.append(xp.zeros((1, dim), dtype=work, device=dev))
+    if not parts:
+        return xp.zeros((0, dim), dtype=table.dtype, device=dev)
+    index = _grids_index(host, merge, offsets, length, pad=start)
+    flat = xp.take(xp.concat(parts, axis=0),
+                   xp.asarray(index, dtype=index_dtype(xp, dev), device=dev), axis=0)
+    if length is not None:
+        flat = xp.reshape(flat, (len(host), length, dim))
+    return round_once(xp, flat, table.dtype)
+
+
+def _table_grid(old_size, rows):
+    """The table's grid ``(h, w)``: ``old_size`` checked against ``rows``, else its square."""
+    if old_size is None:
+        side = math.isqrt(rows)
+        if side * side != rows:
+            raise ValueError(f"old_size is needed: the {rows} rows of table are not a square grid")
+        return (side, side)
+    old, _ = _size_tuple(old_size, "old_size")
+    if len(old) != 2:
+        raise ValueError(f"old_size must be a grid (h, w), got {old}")
+    if math.prod(old) != rows:
+        raise ValueError(f"old_size {old} holds {math.prod(old)} rows but table has {rows}")
+    return old
+
+
+def _grids_length(host, pad_to, dim):
+    """Rows per image of the padded output (None: packed), its size checked."""
+    counts = host.prod(axis=1)
+    if pad_to is None:
+        check_size(int(counts.sum()) * dim, "the resampled tables")
+        return None
+    length = check_positive_int(pad_to, "pad_to", minimum=0)
+    if len(counts) and length < int(counts.max()):
+        b = int(np.argmax(counts))
+        raise ValueError(f"pad_to must be >= every image's rows: image {b} of grid "
+                         f"{tuple(int(v) for v in host[b])} has {int(counts[b])}, got "
+                         f"pad_to={length}")
+    check_size(len(host) * length * dim, "the padded tables")
+    return length
+
+
+def _grids_index(host, merge, offsets, length, pad):
+    """Host rows of the output into the concatenated per-grid tables: each image's rows in
+    merge-block order, frames repeated, padded with ``pad`` (the zero row) to ``length``."""
+    pieces = [np.tile(_grid_order(h, w, merge) + offsets[(h, w)], t)
+              for t, h, w in host.tolist()]
+    if length is not None:
+        pieces = [np.concatenate([p, np.full(length - len(p), pad)]) for p in pieces]
+    return np.concatenate(pieces).astype(np.int64) if pieces else np.zeros(0, dtype=np.int64)
+
+
+_METHODS_RELATIVE = ("linear", "cubic", "geometric")
+
+
+def _geometric_positions(src, dst):
+    """timm's ``resize_rel_pos_bias_table`` (BEiT's ``_calc``): ``src`` source offsets spaced
+    in a geometric progression whose ratio ``q`` (bisection in ``[1.01, 1.5]``) makes the
+    half-width reach ``dst // 2``; Python floats, as timm builds them."""
+    def progression(a, r, n):
+        return a * (1.0 - r ** n) / (1.0 - r)
+
+    left, right = 1.01, 1.5
+    while right - left > 1e-6:
+        q = (left + right) / 2.0
+        if progression(1, q, src // 2) > dst // 2:
+            right = q
+        else:
+            left = q
+    dis, cur = [], 1
+    for i in range(src // 2):
+        dis.append(cur)
+        cur += q ** (i + 1)
+    return [-v for v in reversed(dis)] + [0] + dis
+
+
+def _weights_geometric(src, dst, single):
+    """Taps ``(dst, 2)`` of timm's linear ``RegularGridInterpolator`` from the geometric
+    source offsets to the integer offsets ``-(dst // 2) .. dst // 2``, clamped at the border;
+    offsets and distances in float32 when ``single`` (timm's ``torch.tensor`` of floats)."""
+    f = np.float32 if single else np.float64
+    p = np.array(_geometric_positions(src, dst), dtype=f)
+    half = dst // 2
+    x = np.arange(-half, half + 1).astype(f)
+    right = np.minimum(np.searchsorted(p, x, side="left"), len(p) - 1)
+    left = np.clip(right - 1, 0, len(p) - 1)
+    d_left = np.maximum(x - p[left], f(0))
+    d_right = np.maximum(p[right] - x, f(0))
+    both = (d_left == 0) & (d_right == 0)
+    d_left = np.where(both, f(1), d_left)
+    d_right = np.where(both, f(1), d_right)
+    total = (d_left + d_right).astype(np.float64)
+    weight = np.stack([d_right / total, d_left / total], axis=1)
+    return np.stack([left, right], axis=1), weight
+
+
+def resize_relative_table(table, /, window, *, old_window=None, extra_tokens=0, method="cubic",
+                          antialias=False):
+    """Resize a Swin / BEiT relative-position bias table to another window size.
+
+    The table's rows are the ``prod(2 w - 1)`` relative offsets of a window ``w`` (the rows
+    :func:`relative_index_nd` indexes), row-major, followed by ``extra_tokens`` rows that pass
+    through unchanged (BEiT's three class-token rows). The offsets are resampled as a grid of
+    shape ``2 w - 1`` to ``2 window - 1``.
+
+    Parameters
+    ----------
+    table : array
+        Floating ``(..., rows, heads)``.
+    window : tuple of int
+        The new window, e.g. ``(12, 12)``; a bare int is refused.
+    old_window : tuple of int, optional
+        The table's window; default the square (cube, ...) window its rows hold.
+    extra_tokens : int, optional
+        Trailing rows passed through (3 for BEiT / Data2Vec-vision tables).
+    method : {"cubic", "linear", "geometric"}, optional
+        ``"cubic"``: torch ``bicubic`` (timm's ``resize_rel_pos_bias_table_simple``);
+        ``"linear"``: torch ``bilinear`` (transformers ``BeitRelativePositionBias`` with
+        ``interpolate_pos_encoding``); both ``align_corners=False``. ``"geometric"``: BEiT's
+        checkpoint interpolation (timm's ``resize_rel_pos_bias_table``, the default of its
+        checkpoint filters): the old offsets are placed on a geometric progression that
+        spans the new half-width, then interpolated linearly (timm's
+        ``RegularGridInterpolator``), clamped at the border. As timm, when any axis changes,
+        every axis is placed on its progression.
+    antialias : bool, optional
+        torch's ``antialias`` for ``"linear"`` / ``"cubic"`` (timm's levit variant uses
+        ``"cubic"`` with antialias on a square table: :func:`resample`).
+
+    Returns
+    -------
+    array
+        ``(..., prod(2 window - 1) + extra_tokens, heads)`` in ``table``'s dtype; gradients
+        flow.
+
+    Raises
+    ------
+    TypeError
+        ``table`` not floating; windows not sequences of ints; ``antialias`` not a bool.
+    ValueError
+        ``table`` with fewer than two axes; rows that do not hold ``old_window`` (or no
+        square window without it); windows of different lengths; unknown ``method``;
+        ``antialias`` with ``"geometric"``.
+
+    Notes
+    -----
+    Any number of window axes (each resampled in turn); for one and two axes ``"linear"``
+    and ``"cubic"`` equal ``torch.nn.functional.interpolate``. The taps are built on the
+    host (in float32 for tables that are not float64, as timm and torch form them) and
+    applied in float64 where the device has it, rounded once. timm's scipy path
+    (``TIMM_USE_SCIPY_INTERP``: ``interp2d`` cubic) is not reproduced. transformers'
+    BEiT reads the old rows as a ``(2 w1 - 1, 2 w0 - 1)`` grid, the same for square windows.
+    Backend support: generic Array API code.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> table = np.zeros((13 * 13 + 3, 2)); table[-3:] = 1.0        # BEiT, window (7, 7)
+    >>> new = arrpos.resize_relative_table(table, (12, 12), extra_tokens=3, method="geometric")
+    >>> new.shape, new[-3:].tolist()
+    ((532, 2), [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
+    >>> arrpos.resize_relative_table(np.ones((9, 1)), (3, 3)).shape
+    (25, 1)
+    """
+    xp = array_namespace(table, name="table")
+    check_array(xp, table, "table", kind="floating", min_ndim=2, shape_hint="(..., rows, heads)")
+    window = check_shape(window, "window")
+    extra = check_positive_int(extra_tokens, "extra_tokens", minimum=0)
+    method = check_choice(method, "method", _METHODS_RELATIVE)
+    antialias = check_bool(antialias, "antialias")
+    if antialias and method == "geometric":
+        raise ValueError("antialias=True needs method='linear' or 'cubic': the geometric "
+                         "interpolation has no antialiased form")
+    rows = table.shape[-2]
+    n = rows - extra
+    if n < 1:
+        raise ValueError(f"table must have offset rows before its {extra} extra_tokens, got "
+                         f"{rows} rows")
+    k = len(window)
+    if old_window is None:
+        side = round(n ** (1.0 / k))
+        side = next((s for s in (side - 1, side, side + 1) if s > 0 and s ** k == n), None)
+        if side is None or side % 2 == 0:
+            raise ValueError(f"old_window is needed: the {n} offset rows of table are not a "
+                             f"{k}-d cube of odd side (2 w - 1)")
+        old_window = ((side + 1) // 2,) * k
+    else:
+        old_window = check_shape(old_window, "old_window")
+        if len(old_window) != k:
+            raise ValueError(f"old_window {old_window} and window {window} must have the same "
+                             "number of axes")
+    old = tuple(2 * w - 1 for w in old_window)
+    new = tuple(2 * w - 1 for w in window)
+    if math.prod(old) != n:
+        raise ValueError(f"old_window {old_window} has {math.prod(old)} offsets but table has "
+                         f"{n} offset rows ({rows} rows minus extra_tokens={extra})")
+    lead = tuple(table.shape[:-2])
+    heads = table.shape[-1]
+    check_size(math.prod(lead) * (math.prod(new) + extra) * heads,
+               f"the resized table (window={window!r})")
+    work, single = _work(xp, table)
+    grid = xp.reshape(xp.astype(table[..., :n, :], work), lead + old + (heads,))
+    if method != "geometric":
+        grid = _resample_grid(xp, grid, old, new, method=method, antialias=antialias,
+                              align_corners=False, single=single)
+    elif old != new:  # timm maps every axis once any axis changes
+        dev = device_of(table)
+        for axis, (n_in, n_out) in enumerate(zip(old, new)):
+            index, weight = _weights_geometric(n_in, n_out, single)
+            index = xp.asarray(index, dtype=index_dtype(xp, dev), device=dev)
+            grid = _apply_taps(xp, grid, index, from_host(xp, weight, work, dev), axis - k - 1)
+    out = round_once(xp, xp.reshape(grid, lead + (math.prod(new), heads)), table.dtype)
+    if extra:
+        out = xp.concat([out, table[..., n:, :]], axis=-2)
     return out

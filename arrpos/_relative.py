@@ -30,18 +30,23 @@ from ._lib import (
     check_array,
     check_index,
     check_bool,
+    check_choice,
+    check_dtype_arg,
     check_offset,
     check_positive_int,
     check_real_scalar,
     check_shape,
     check_size,
+    default_float,
     device_of,
+    from_host,
     work_float,
 )
 
 __all__ = [
     "deberta_bucket",
     "deberta_scores",
+    "log_relative_coords",
     "rel_shift",
     "relative_bias",
     "relative_index_nd",
@@ -196,6 +201,97 @@ def relative_index_nd(window, *, device=None, xp=None):
         inner //= w
         flat = flat + ((token // inner) % w) * s
     return xp.reshape(flat, (n, 1)) - xp.reshape(flat, (1, n)) + centre
+
+
+def log_relative_coords(window, *, pretrained_window=None, mode="swin", dtype=None,
+                        device=None, xp=None):
+    """Swin-V2's log-spaced continuous relative coordinates of a window (the input of its
+    continuous position bias MLP).
+
+    For every relative offset ``d`` of a window ``w`` (``-(w_a - 1) .. w_a - 1`` along each
+    axis, the rows of :func:`relative_index_nd`'s table), ``mode="swin"`` gives per axis
+    ``x = 8 d_a / max(p_a - 1, 1)`` with ``p`` the ``pretrained_window`` (default ``w``), then
+    ``sign(x) log2(1 + |x|) / log2(8)``; ``mode="cr"`` gives ``sign(d_a) ln(1 + |d_a|)``
+    (timm's ``swin_transformer_v2_cr``).
+
+    Parameters
+    ----------
+    window : sequence of int
+        The window shape, e.g. ``(8, 8)``; a bare int is refused (Swin reads it as a square).
+    pretrained_window : sequence of int, optional
+        The window of pre-training (Swin-V2 ``pretrained_window_size``): offsets are
+        normalised by it so that a model fine-tuned at a larger window keeps its scale.
+        ``mode="swin"`` only.
+    mode : {"swin", "cr"}, optional
+        Swin-V2's normalised log2 coordinates, or timm's unnormalised natural-log ones.
+    dtype : dtype, optional
+        Real floating dtype (default: the namespace's default float).
+    device, xp : optional
+        Device and namespace (default NumPy, default device).
+
+    Returns
+    -------
+    array
+        ``tuple(2 w - 1) + (len(w),)``: ``out[i0, i1, ..., a]`` is the coordinate of axis
+        ``a`` (in window order: ``(h, w)`` for images, as the peers) at offset
+        ``d = (i0 - (w0 - 1), i1 - (w1 - 1), ...)``. Reshaped to ``(prod(2 w - 1), len(w))``
+        its rows are in the order :func:`relative_index_nd` indexes.
+
+    Raises
+    ------
+    TypeError
+        Windows not sequences of ints; ``dtype`` not real floating.
+    ValueError
+        Sizes < 1; ``pretrained_window`` of another length, or with ``mode="cr"``; unknown
+        ``mode``.
+
+    Notes
+    -----
+    Equal to timm's ``SwinTransformerV2`` ``WindowAttention._make_pair_wise_relative_positions``
+    (with ``max(n - 1, 1)``), timm's ``gen_relative_log_coords`` and transformers'
+    ``Swinv2SelfAttention.create_coords_table_and_index``. The peers form them in float32
+    (their values are within a float32 rounding of these); here they are formed on the host
+    in float64 and rounded once. Two edges differ between the peers: timm's
+    ``gen_relative_log_coords`` divides by ``w - 1`` even for ``w = 1`` (NaN), and
+    transformers skips the normalisation of every axis when the first window axis is 1
+    (and divides by 0 for a pretrained size of 1); this function follows timm's model
+    (``max(n - 1, 1)`` per axis). Backend support: host arithmetic, one transfer.
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> c = arrpos.log_relative_coords((2, 3))
+    >>> c.shape
+    (3, 5, 2)
+    >>> c[2, 4].tolist()          # offset (+1, +2): log2(1 + 8) / 3 on both axes
+    [1.0566416671474375, 1.0566416671474375]
+    >>> arrpos.log_relative_coords((2, 3), pretrained_window=(4, 4))[2, 4].round(4).tolist()
+    [0.6248, 0.8877]
+    """
+    xp = array_namespace(xp=xp, dtype=dtype)
+    window = check_shape(window, "window")
+    mode = check_choice(mode, "mode", ("swin", "cr"))
+    if pretrained_window is None:
+        norm = window
+    else:
+        if mode != "swin":
+            raise ValueError("pretrained_window applies to mode='swin' only, got mode='cr'")
+        norm = check_shape(pretrained_window, "pretrained_window")
+        if len(norm) != len(window):
+            raise ValueError(f"pretrained_window {norm} and window {window} must have the same "
+                             "number of axes")
+    k = len(window)
+    check_size(math.prod(2 * w - 1 for w in window) * k, "the coordinates")
+    dtype = check_dtype_arg(xp, dtype, device=device)
+    dtype = dtype if dtype is not None else default_float(xp, device)
+    offsets = [np.arange(-(w - 1), w, dtype=np.float64) for w in window]
+    grids = np.meshgrid(*offsets, indexing="ij")
+    if mode == "swin":
+        coords = [8.0 * g / max(p - 1, 1) for g, p in zip(grids, norm)]
+        coords = [np.sign(c) * np.log2(1.0 + np.abs(c)) / 3.0 for c in coords]
+    else:
+        coords = [np.sign(g) * np.log1p(np.abs(g)) for g in grids]
+    return from_host(xp, np.stack(coords, axis=-1), dtype, device)
 
 
 def shaw_index(relative, /, *, max_distance):
