@@ -33,6 +33,15 @@ from ._diffusers import DiffusersPositions, from_diffusers_config
 from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_bias_from_positions, alibi_slopes
 from ._attention import PositionProperties, attention, properties, similarity
 from ._conv import conv_positional, conv_positional_2d
+from ._data_dependent import (
+    apply_pope,
+    content_relative_bias,
+    cope_bias,
+    cope_positions,
+    forgetting_bias,
+    forgetting_bias_per_row,
+    pope_cos_sin,
+)
 from ._learned import learned_init, lookup, resample, resample_grids, resize_relative_table
 from ._packed import packed_mask, packed_positions
 from ._vision import CoordAugmentation, augment_coords, coord_augmentation, patch_coords
@@ -100,6 +109,14 @@ __all__ = sorted(
         "attention",
         "properties",
         "similarity",
+        # data-dependent
+        "apply_pope",
+        "content_relative_bias",
+        "cope_bias",
+        "cope_positions",
+        "forgetting_bias",
+        "forgetting_bias_per_row",
+        "pope_cos_sin",
         # convolutional
         "conv_positional",
         "conv_positional_2d",

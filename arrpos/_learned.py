@@ -534,7 +534,8 @@ def resample_grids(table, grids, /, *, old_size=None, method="linear", align_cor
     (20, 1)
     >>> out[:4, 0].tolist()                              # the corners of the 4 x 4 grid
     [0.0, 3.0, 12.0, 15.0]
-    >>> arrpos.resample_grids(table, [(2, 2), (1, 3)], align_corners=True, pad_to=5)[1, :, 0].tolist()
+    >>> padded = arrpos.resample_grids(table, [(2, 2), (1, 3)], align_corners=True, pad_to=5)
+    >>> padded[1, :, 0].tolist()
     [0.0, 1.5, 3.0, 0.0, 0.0]
     """
     from ._vision import host_grids

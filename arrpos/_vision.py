@@ -130,8 +130,8 @@ def patch_coords(grids, /, *, mode="index", pad_to=None, dtype=None, device=None
     --------
     >>> import numpy as np, arrpos
     >>> coords, valid = arrpos.patch_coords(np.array([[2, 3], [1, 2]]))
-    >>> coords[1].tolist(), valid[1].tolist()
-    ([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], [True, True, False, False, False, False])
+    >>> coords[1, :3].tolist(), valid[1].tolist()
+    ([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]], [True, True, False, False, False, False])
     >>> coords[0, :, ::-1].astype(int).tolist()  # timm's (y, x) patch_coord
     [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
     """

@@ -54,7 +54,8 @@ def _timm_layer(name):
     if spec is None or spec.origin is None:
         pytest.skip("needs timm, not installed (pip install --no-deps timm)")
     root = os.path.dirname(spec.origin)
-    for pkg, path in (("_arrpos_timm", root), ("_arrpos_timm.layers", os.path.join(root, "layers"))):
+    for pkg, path in (("_arrpos_timm", root),
+                      ("_arrpos_timm.layers", os.path.join(root, "layers"))):
         if pkg not in sys.modules:
             module = types.ModuleType(pkg)
             module.__path__ = [path]
@@ -214,7 +215,8 @@ def test_resize_beit_transformers(old, new):
 
     config = transformers.BeitConfig(image_size=old[0] * 16, patch_size=16, num_attention_heads=3)
     module = BeitRelativePositionBias(config)
-    table = np.random.default_rng(old[0]).normal(size=tuple(module.relative_position_bias_table.shape))
+    shape = tuple(module.relative_position_bias_table.shape)
+    table = np.random.default_rng(old[0]).normal(size=shape)
     with torch.no_grad():
         module.relative_position_bias_table.copy_(torch.from_numpy(table))
         ref = module(new, interpolate_pos_encoding=False)[0].numpy()
@@ -382,7 +384,8 @@ def test_resample_grids_equals_resample(backend):
         full = backend.to_numpy(arrpos.resample(backend.asarray(table), (int(h), int(w)),
                                                 old_size=(5, 7)))
         rows = coords[start:start + t * h * w]
-        np.testing.assert_array_equal(got[start:start + t * h * w], full[rows[:, 0] * w + rows[:, 1]])
+        np.testing.assert_array_equal(got[start:start + t * h * w],
+                                      full[rows[:, 0] * w + rows[:, 1]])
         start += t * h * w
 
 
@@ -473,7 +476,8 @@ def _torch_draws(torch, seed, dtype, n, shift, jitter, rescale):
         out["shift"] = tuple(torch.empty((1, n), dtype=dtype).uniform_(-shift, shift)[0].tolist())
     if jitter is not None:
         top = np.log(jitter)
-        out["jitter"] = tuple(torch.empty((1, n), dtype=dtype).uniform_(-top, top).exp()[0].tolist())
+        draw = torch.empty((1, n), dtype=dtype).uniform_(-top, top).exp()
+        out["jitter"] = tuple(draw[0].tolist())
     if rescale is not None:
         top = np.log(rescale)
         out["rescale"] = torch.empty(1, dtype=dtype).uniform_(-top, top).exp().item()
