@@ -17,7 +17,7 @@ from ._arrays import (
     round_once,
     output_dtype,
 )
-from ._memo import array_key, remember
+from ._memo import array_key, clear_memos, host_memo, new_memo, recall, remember
 from ._namespace import (
     array_namespace,
     backend_name,
@@ -80,6 +80,10 @@ __all__ = [
     "not_an_array",
     "work_float",
     "array_key",
+    "clear_memos",
+    "host_memo",
+    "new_memo",
+    "recall",
     "remember",
     "MAX_DIM",
     "MAX_ELEMENTS",
