@@ -4,31 +4,9 @@ The same functions run on NumPy, CuPy, PyTorch, JAX, Dask and array-api-strict a
 the same numbers; NumPy inputs take compiled CPU kernels and CuPy inputs CUDA kernels where
 those serve better. See ``docs/api.md`` for the contract and the README for a tour.
 """
+from . import _rope
 from ._absolute import decode_sinusoidal, grid_coords, sinusoidal, sinusoidal_nd, timestep_embedding
-from ._rope import (
-    DynamicNTKScaling,
-    LinearScaling,
-    Llama3Scaling,
-    LongRopeScaling,
-    NTKScaling,
-    ProportionalScaling,
-    RoPE,
-    YarnScaling,
-    apply_rope,
-    apply_rope_cached,
-    apply_rope_qk,
-    clear_caches,
-    mrope_axes,
-    period_frequencies,
-    pixel_frequencies,
-    rope_cos_sin,
-    rope_frequencies,
-    xpos_scale,
-)
-from ._rope_scaling import AxialScaling
-from ._position_scale import PositionScale, position_scale
-from ._hf_layers import hf_layer_query_scales, hf_layer_ropes
-from ._mrope_ids import mrope_position_ids, vision_position_ids
+from ._rope import *  # noqa: F403 (rotary: every name of _rope.__all__)
 from ._diffusers import DiffusersPositions, from_diffusers_config
 from ._alibi import alibi_bias, alibi_bias_from_mask, alibi_bias_from_positions, alibi_slopes
 from ._attention import PositionProperties, attention, properties, similarity
@@ -63,39 +41,13 @@ from ._relative import (
 __version__ = "0.1.0"
 
 __all__ = sorted(
-    [
+    _rope.__all__  # rotary, its scalings and the transformers model plans
+    + [
         "decode_sinusoidal",
         "grid_coords",
         "sinusoidal",
         "sinusoidal_nd",
         "timestep_embedding",
-        # rotary
-        "AxialScaling",
-        "DynamicNTKScaling",
-        "LinearScaling",
-        "Llama3Scaling",
-        "LongRopeScaling",
-        "ProportionalScaling",
-        "RoPE",
-        "YarnScaling",
-        "apply_rope",
-        "mrope_axes",
-        "rope_cos_sin",
-        "rope_frequencies",
-        "NTKScaling",
-        "apply_rope_cached",
-        "apply_rope_qk",
-        "clear_caches",
-        "period_frequencies",
-        "pixel_frequencies",
-        "xpos_scale",
-        # model plans and positions (transformers)
-        "PositionScale",
-        "hf_layer_query_scales",
-        "hf_layer_ropes",
-        "mrope_position_ids",
-        "position_scale",
-        "vision_position_ids",
         # model plans and positions (diffusers)
         "DiffusersPositions",
         "from_diffusers_config",

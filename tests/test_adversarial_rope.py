@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 import arrpos
-from arrpos import _dispatch, _rope
+from arrpos import _dispatch
+from arrpos._rope import layer as _rope
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,4 +1,4 @@
-"""``arrpos/_hf_models.py`` is what ``tools/generate_hf_models.py`` reads off the installed
+"""``arrpos/_rope/hf_models.py`` is what ``tools/generate_hf_models.py`` reads off the installed
 transformers: regenerated here and compared, so a table edited by hand or left stale after a
 transformers update fails (the test extra pins the release the table records)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("torch")
 
-from arrpos import _hf_models  # noqa: E402
+from arrpos._rope import hf_models as _hf_models  # noqa: E402
 
 TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools",
                     "generate_hf_models.py")

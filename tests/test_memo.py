@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import arrpos
-from arrpos import _rope
+from arrpos._rope import layer as _rope
 from reference import rope_apply_loop
 
 

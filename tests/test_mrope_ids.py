@@ -25,7 +25,7 @@ from transformers.processing_utils import ProcessorMixin  # noqa: E402
 from transformers.vision_utils import get_vision_position_ids  # noqa: E402
 
 import arrpos  # noqa: E402
-from arrpos import _mrope_ids  # noqa: E402
+from arrpos._rope import mrope_ids as _mrope_ids  # noqa: E402
 import hf_real_configs as real  # noqa: E402
 
 PAD = 0  # a pad token id that is no model's special token

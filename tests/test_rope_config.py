@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 import arrpos
-from arrpos import _rope_scaling
+from arrpos._rope import scaling as _rope_scaling
 
 LLAMA = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
          "max_position_embeddings": 4096}

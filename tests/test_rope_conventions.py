@@ -358,7 +358,7 @@ def test_ntk_object():
     assert a == arrpos.NTKScaling(2.0) and hash(a) == hash(arrpos.NTKScaling(2.0))
     assert repr(a) == "NTKScaling(factor=2.0)" and not a.seq_dependent
     # transformers has no static NTK rope_type: no config selects it
-    from arrpos._rope_scaling import SCALINGS
+    from arrpos._rope.scaling import SCALINGS
 
     assert a.rope_type == "" and arrpos.NTKScaling not in SCALINGS.values()
     with pytest.raises(AttributeError):

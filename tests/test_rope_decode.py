@@ -15,7 +15,7 @@ import pytest
 from array_api_compat import array_namespace
 
 import arrpos
-from arrpos import _rope
+from arrpos._rope import layer as _rope
 
 LAYOUTS = ["half", "interleaved"]
 

@@ -1,9 +1,9 @@
-"""Write ``arrpos/_hf_models.py``: what ``RoPE.from_hf_config`` needs to know of each model type
+"""Write ``arrpos/_rope/hf_models.py``: what ``RoPE.from_hf_config`` needs to know of each model type
 of the installed transformers, read from transformers' own sources.
 
 For every model type: whether its modeling file has a rotary embedding (a ``*RotaryEmbedding``
 class, or one of the rotary classes named otherwise, ``OTHER_ROTARY``), the constant defaults of
-its config class for the keys the reader uses (``arrpos._rope_config.HF_KEYS``: a key absent
+its config class for the keys the reader uses (``arrpos._rope.hf_config.HF_KEYS``: a key absent
 from a ``config.json`` means that default, e.g. DeepSeek-V3's ``rope_interleave=True``), its
 ``default_theta``, its ``attribute_map`` (``n_head`` -> ``num_attention_heads``) and the model
 types of its sub-configs (``text_config``, ``vision_config``, ...).
@@ -27,9 +27,9 @@ import warnings
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from arrpos._rope_config import HF_KEYS  # noqa: E402
+from arrpos._rope.hf_config import HF_KEYS  # noqa: E402
 
-OUT = os.path.join(ROOT, "arrpos", "_hf_models.py")
+OUT = os.path.join(ROOT, "arrpos", "_rope", "hf_models.py")
 # rotary classes not named *RotaryEmbedding (found by grepping the modeling files for "rotary")
 OTHER_ROTARY = re.compile(r"class \w*(RotaryPositionalEmbedding|RopePositionEmbedding|"
                           r"RopeAttention|SinusoidalPositionalEmbedding)\b")

@@ -1,7 +1,7 @@
 """Reading a transformers ``config.json`` into the arguments of :class:`arrpos.RoPE`.
 
 ``rope_from_config(RoPE, config, layer_type)`` is what ``RoPE.from_hf_config`` calls. The
-scaling is a lookup in ``_rope_scaling.SCALINGS`` (each scaling class builds itself from the
+scaling is a lookup in ``scaling.SCALINGS`` (each scaling class builds itself from the
 config); this module reads the rest: the rotary width, the layout, the multimodal sections and
 the axes of vision towers. Config keys come first; what only the modeling file fixes is in the
 per-model-type tables below, read off the modeling files of transformers 5.24 and checked by
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ._hf_models import MODELS, NO_ROTARY, TRANSFORMERS_VERSION
-from ._position_scale import PositionScale
-from ._rope_scaling import (
+from .hf_models import MODELS, NO_ROTARY, TRANSFORMERS_VERSION
+from .position_scales import PositionScale
+from .scaling import (
     SCALINGS,
     AxialScaling,
     LongRopeScaling,
@@ -463,7 +463,7 @@ def _layout(config, model_type, rp):
 
 
 def _axes(rp, model_type, n_freq):
-    from ._rope import mrope_axes  # _rope imports this module
+    from .layer import mrope_axes  # layer imports this module
 
     if model_type in _AXIAL and rp.get("rope_type") == "axial":
         _, coords, _ = _AXIAL[model_type]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._lib import (
+from .._lib import (
     array_namespace,
     check_choice,
     check_real_array,

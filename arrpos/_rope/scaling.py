@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from ._exact import power_frequencies
-from ._lib import check_bool, check_positive_int, check_real_scalar
+from .._exact import power_frequencies
+from .._lib import check_bool, check_positive_int, check_real_scalar
 
 __all__ = [
     "AxialScaling",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._diffusers_spec import Block, Spec, axis_blocks, grid, powers
+from .spec import Block, Spec, axis_blocks, grid, powers
 
 __all__ = ["BUILDERS", "REFUSED"]
 
@@ -136,7 +136,7 @@ def _cogvideox(r):
     if r.get("use_learned_positional_embeddings", False):
         raise r.fail("use_learned_positional_embeddings without rotary embeddings: the table is "
                      "a learned weight of the checkpoint")
-    from ._diffusers_sincos import cogvideox_sincos
+    from .sincos import cogvideox_sincos
 
     return cogvideox_sincos(r, head * r.int("num_attention_heads", 30))
 

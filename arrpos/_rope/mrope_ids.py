@@ -12,7 +12,7 @@ from __future__ import annotations
 import numbers
 import numpy as np
 
-from ._lib import (
+from .._lib import (
     array_namespace,
     check_array,
     check_bool,
@@ -25,7 +25,7 @@ from ._lib import (
     is_lazy,
     to_numpy,
 )
-from ._rope_config import _as_dict, resolve, standard_rope_parameters
+from .hf_config import _as_dict, resolve, standard_rope_parameters
 
 __all__ = ["mrope_position_ids", "vision_position_ids"]
 

@@ -1,11 +1,11 @@
 """What a diffusers transformer's positional module computes, as data: the pieces the family
-modules (``_diffusers_image``, ``_diffusers_video``, ``_diffusers_seq``, ``_diffusers_sincos``)
-describe each model class with, and the host-side helpers they share.
+modules (``image``, ``video``, ``seq``, ``sincos``) describe each model class with, and the
+host-side helpers they share.
 
 A model is a :class:`Spec`: the keywords of its position ids and the function that builds
 them (NumPy float64 on the host: ids are small and exact there), then either rotary
 :class:`Block` s (frequencies, the coordinate each turns with, the pairing) or sincos
-:class:`Chunk` s. ``arrpos._diffusers`` turns a Spec into tables with arrpos' own
+:class:`Chunk` s. ``positions`` turns a Spec into tables with arrpos' own
 ``rope_cos_sin`` / ``apply_rope`` / ``sinusoidal``.
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._diffusers_spec import Chunk, Spec, grid
+from .spec import Chunk, Spec, grid
 
 __all__ = ["BUILDERS", "REFUSED", "cogvideox_sincos"]
 

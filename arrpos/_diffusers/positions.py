@@ -1,7 +1,7 @@
 """Positional encodings of diffusers transformers, read from their ``config.json``.
 
 ``from_diffusers_config(config)`` looks the model class up (``_class_name``) in the family
-modules, which describe each class's positional module as data (``_diffusers_spec.Spec``):
+modules, which describe each class's positional module as data (``spec.Spec``):
 how its pipeline or transformer lays out the position ids, the rotary frequencies of each axis
 and how the model pairs features, or its sincos chunks. The returned
 :class:`DiffusersPositions` builds the ids (exact, on the host, once per call) and computes
@@ -16,10 +16,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import _diffusers_image, _diffusers_seq, _diffusers_sincos, _diffusers_video
-from ._absolute import sinusoidal
-from ._diffusers_spec import Reader, Refusal
-from ._lib import (
+from . import image, seq, sincos, video
+from .._absolute import sinusoidal
+from .spec import Reader, Refusal
+from .._lib import (
     array_namespace,
     check_array,
     check_dtype_arg,
@@ -32,17 +32,17 @@ from ._lib import (
     index_dtype,
     output_dtype,
 )
-from ._rope import _heads_axis, apply_rope, rope_cos_sin
+from .._rope.layer import _heads_axis, apply_rope, rope_cos_sin
 
 __all__ = ["DiffusersPositions", "from_diffusers_config"]
 
 # class name -> builder(Reader) -> Spec, over every family module
-_BUILDERS = {**_diffusers_image.BUILDERS, **_diffusers_video.BUILDERS,
-             **_diffusers_seq.BUILDERS, **_diffusers_sincos.BUILDERS}
+_BUILDERS = {**image.BUILDERS, **video.BUILDERS,
+             **seq.BUILDERS, **sincos.BUILDERS}
 # class name -> why arrpos refuses it (the model has no rotary or sincos encoding, or one that
 # a config cannot give)
-_REFUSED = {**_diffusers_image.REFUSED, **_diffusers_video.REFUSED,
-            **_diffusers_seq.REFUSED, **_diffusers_sincos.REFUSED}
+_REFUSED = {**image.REFUSED, **video.REFUSED,
+            **seq.REFUSED, **sincos.REFUSED}
 # position_ids keywords that count tokens (>= 1; text_len and offsets may be 0)
 _COUNTS = {"frames": 1, "height": 1, "width": 1, "length": 1, "text_len": 0, "pad": 0,
            "frame_offset": 0}

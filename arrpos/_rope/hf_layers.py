@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from ._hf_models import MODELS
-from ._lib import check_positive_int
-from ._rope_config import Refusal, query_scale_of, resolve, standard_rope_parameters
+from .hf_models import MODELS
+from .._lib import check_positive_int
+from .hf_config import Refusal, query_scale_of, resolve, standard_rope_parameters
 
 __all__ = ["hf_layer_query_scales", "hf_layer_ropes"]
 
@@ -102,7 +102,7 @@ def hf_layer_ropes(config, /):
     >>> [r is None for r in arrpos.hf_layer_ropes(cfg)]
     [False, False, False, True, False, False, False, True]
     """
-    from ._rope import RoPE
+    from .layer import RoPE
 
     model_type, resolved = resolve(config)
     name = model_type or "config without model_type"

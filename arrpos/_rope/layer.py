@@ -15,8 +15,8 @@ from decimal import Decimal, localcontext
 
 import numpy as np
 
-from . import _dispatch
-from ._lib import (
+from .. import _dispatch
+from .._lib import (
     MAX_DIM,
     array_key,
     array_namespace,
@@ -41,9 +41,9 @@ from ._lib import (
     remember,
     output_dtype,
 )
-from ._lib._memo import clear_memos, new_memo
-from ._position_scale import PositionScale
-from ._rope_scaling import (
+from .._lib import clear_memos, new_memo
+from .position_scales import PositionScale
+from .scaling import (
     DynamicNTKScaling,
     LinearScaling,
     Llama3Scaling,
@@ -1616,7 +1616,7 @@ class RoPE:
         Gemma 3's ``rope_local_base_freq`` for sliding layers, GPT-NeoX's ``rotary_pct``,
         Phi-3's ``"su"``, ``"deepseek_yarn"``); the rotary width, layout, direction and
         multimodal sections follow the model type's modeling file. The per-model-type table
-        comes from transformers' own sources (``arrpos._hf_models``, generated from the
+        comes from transformers' own sources (``arrpos._rope.hf_models``, generated from the
         release named in the error messages). A composite config's text model is used;
         ``subconfig="vision_config"`` (or another sub-config's key) picks another part.
         ``layer_type`` picks one entry of per-layer ``rope_parameters`` (Gemma 3:
@@ -1643,7 +1643,7 @@ class RoPE:
             2-D RoPE whose ``apply`` takes coordinates; NanoChat's flipped rotation gives
             ``inverse=True``.
         """
-        from ._rope_config import rope_from_config  # it imports mrope_axes from here
+        from .hf_config import rope_from_config  # it imports mrope_axes from here
 
         return rope_from_config(cls, config, layer_type, subconfig)
 

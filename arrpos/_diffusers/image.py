@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ._diffusers_spec import Block, Spec, axis_blocks, centred, constant, grid
+from .spec import Block, Spec, axis_blocks, centred, constant, grid
 
 __all__ = ["BUILDERS", "REFUSED"]
 
