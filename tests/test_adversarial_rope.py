@@ -25,7 +25,7 @@ import pytest
 
 import arrpos
 from arrpos import _dispatch
-from arrpos._rope import layer as _rope
+from arrpos._rope import apply as rope_apply, decode as rope_decode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -96,7 +96,7 @@ def test_threads_hammering_every_cache_get_single_threaded_results(monkeypatch):
     shapes and layouts, with a one-microsecond switch interval: every result equal to the
     single-threaded one, no exception (the eviction used to iterate a dict other threads
     changed: "dictionary changed size during iteration")."""
-    monkeypatch.setattr(_rope, "_MIN_ROWS", 64)  # small caches: builds and evictions are cheap
+    monkeypatch.setattr(rope_decode, "_MIN_ROWS", 64)  # small caches: builds and evictions are cheap
     calls = _workload(40)
     want = [_flat(f()) for f in calls]
     errors, wrong = [], []
@@ -174,7 +174,7 @@ def test_every_module_cache_survives_switches_inside_its_operations(monkeypatch)
             for attr, value in list(vars(mod).items()):
                 if type(value) is dict and attr.startswith("_") and attr.isupper():
                     monkeypatch.setattr(mod, attr, _Yielding(value))
-    monkeypatch.setattr(_rope, "_MIN_ROWS", 64)
+    monkeypatch.setattr(rope_decode, "_MIN_ROWS", 64)
     ropes = [arrpos.RoPE(4, base=100.0 + i, layout=("half", "interleaved")[i % 2])
              for i in range(40)]
     xs = [np.ones((1, 1, 1, 4), dt) for dt in (np.float32, np.float64)]
@@ -211,7 +211,7 @@ def test_every_module_cache_survives_switches_inside_its_operations(monkeypatch)
 def test_clearing_caches_while_threads_decode(monkeypatch):
     """clear_caches() and RoPE.clear_cache() from one thread while others decode: the
     decoders keep getting the right results (their caches are rebuilt)."""
-    monkeypatch.setattr(_rope, "_MIN_ROWS", 64)
+    monkeypatch.setattr(rope_decode, "_MIN_ROWS", 64)
     ropes = [arrpos.RoPE(8, base=50.0 + i) for i in range(20)]
     x = np.random.default_rng(1).standard_normal((1, 1, 2, 8)).astype(np.float32)
     pos = np.array([[37]])
@@ -457,11 +457,11 @@ def test_clear_cache_and_clear_caches():
     assert other._tables, "clear_cache frees one RoPE's caches"
     held = _cache_refs(other)
     arrpos.apply_rope(np.ones((2, 4)), np.ones((2, 4)), np.zeros((2, 4)))
-    assert _rope._APPLY_PLANS
+    assert rope_apply._APPLY_PLANS
     arrpos.clear_caches()
     gc.collect()
     assert other._tables == {} and all(t() is None for t in held)
-    assert not _rope._APPLY_PLANS and not _rope._DECODE_PLANS
+    assert not rope_apply._APPLY_PLANS and not rope_decode._DECODE_PLANS
     assert [_bits(_decode(r)) for r in (rope, other)] == want  # rebuilt, same numbers
 
 
@@ -482,14 +482,14 @@ def test_clear_caches_frees_the_compiled_kernels_tables():
 
 
 def test_at_most_max_entries_caches_live(monkeypatch):
-    monkeypatch.setattr(_rope, "_MIN_ROWS", 64)
+    monkeypatch.setattr(rope_decode, "_MIN_ROWS", 64)
     arrpos.clear_caches()
-    ropes = [arrpos.RoPE(8, base=10.0 + i) for i in range(3 * _rope._MAX_ENTRIES)]
+    ropes = [arrpos.RoPE(8, base=10.0 + i) for i in range(3 * rope_decode._MAX_ENTRIES)]
     for r in ropes:
         _decode(r, pos=3)
     live = {id(t) for r in ropes for t in r._tables.values()}
-    assert len(live) == _rope._MAX_ENTRIES
-    assert all(ropes[-i]._tables for i in range(1, _rope._MAX_ENTRIES + 1)), "newest kept"
+    assert len(live) == rope_decode._MAX_ENTRIES
+    assert all(ropes[-i]._tables for i in range(1, rope_decode._MAX_ENTRIES + 1)), "newest kept"
 
 
 # --- 4. errors in the caller's terms ------------------------------------------------------

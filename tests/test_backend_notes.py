@@ -38,16 +38,17 @@ def _public_functions():
 
 
 def _ops(fn):
-    """The ops a function dispatches, found in its source (and that of its helpers in the
-    same module that it calls by name)."""
+    """The ops a function dispatches, found in its source (and that of the helpers it calls by
+    name: private ones, and the functions of its own module)."""
     src = inspect.getsource(fn)
     module = inspect.getmodule(fn)
-    for helper in set(re.findall(r"\b(_[a-z]\w*)\(", src)):
+    for helper in set(re.findall(r"\b([A-Za-z_]\w*)\(", src)):
         obj = getattr(module, helper, None)
-        if inspect.isfunction(obj):
+        if inspect.isfunction(obj) and obj is not fn and (
+                helper.startswith("_") or obj.__module__ == module.__name__):
             src += inspect.getsource(obj)
     return set(re.findall(r'_dispatch\.(?:call(?:_checked)?|route)\(\s*"(\w+)"', src)) | set(
-        re.findall(r'_dispatch\.run\(\s*\w+,\s*"(\w+)"', src))
+        re.findall(r'_dispatch\.run\(\s*[\w.]+,\s*"(\w+)"', src))
 
 
 def _note(doc):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import arrpos
@@ -28,8 +29,8 @@ def test_a_new_scaling_is_one_class():
     class HalfScaling(_rope_scaling.RopeScaling):
         rope_type = "test_half"
 
-        def _inv_freq(self, dim, base, seq_len):
-            return _rope_scaling._default_inv_freq(dim, base) / 2, 1.0
+        def frequencies(self, dim, base, seq_len):
+            return _rope_scaling.default_inv_freq(dim, base) / 2, 1.0
 
         @classmethod
         def from_config(cls, rope_parameters, config):
@@ -41,6 +42,45 @@ def test_a_new_scaling_is_one_class():
         assert rope.frequencies()[0][1] == pytest.approx(0.5 * 10000.0 ** (-2 / 64), rel=1e-15)
     finally:
         del _rope_scaling.SCALINGS["test_half"]
+
+
+def test_a_scaling_class_defined_elsewhere_is_accepted_and_listed():
+    """A scaling is one class: defined here, outside arrpos, it is accepted wherever a scaling
+    is (frequencies, RoPE, its tables and decode path), and the message of a bad ``scaling=``
+    lists it with the others (the list is made from the classes, not written out)."""
+    @dataclasses.dataclass(frozen=True)
+    class TenthScaling(_rope_scaling.RopeScaling):
+        def frequencies(self, dim, base, seq_len):
+            return _rope_scaling.default_inv_freq(dim, base) / 10, 1.0
+
+    inv, att = arrpos.rope_frequencies(8, base=100.0, scaling=TenthScaling())
+    assert inv.tolist() == (arrpos.rope_frequencies(8, base=100.0)[0] / 10).tolist()
+    rope = arrpos.RoPE(8, base=100.0, scaling=TenthScaling())
+    x = np.random.default_rng(0).standard_normal((1, 3, 2, 8))
+    pos = np.arange(3)
+    cos, sin = arrpos.rope_cos_sin(pos, inv, dtype=np.float64)
+    want = arrpos.apply_rope(x, cos[:, None], sin[:, None])
+    for p in (pos.astype(np.float64), pos):  # the table path, the decode path
+        np.testing.assert_allclose(rope.apply(x, p, heads_axis=-2), want, rtol=0, atol=1e-15)
+    for bad in (lambda: arrpos.RoPE(8, scaling="linear"),
+                lambda: arrpos.rope_frequencies(8, scaling=2.0)):
+        with pytest.raises(TypeError, match="scaling must be None or one of") as info:
+            bad()
+        names = [*_rope_scaling.__all__, "TenthScaling"]
+        assert all(n in str(info.value) for n in names), str(info.value)
+
+
+def test_every_scaling_class_is_exported_and_documented():
+    """The one export a new scaling adds: its name in ``_rope.scaling.__all__``, which arrpos
+    exports whole; ``rope_frequencies``' docstring lists every class."""
+    defined = [c for c in vars(_rope_scaling).values()
+               if isinstance(c, type) and issubclass(c, _rope_scaling.RopeScaling)
+               and c is not _rope_scaling.RopeScaling and c.__module__ == _rope_scaling.__name__]
+    assert sorted(c.__name__ for c in defined) == sorted(_rope_scaling.__all__), (
+        "a scaling class of arrpos/_rope/scaling.py is missing from its __all__")
+    for cls in defined:
+        assert getattr(arrpos, cls.__name__) is cls and cls.__name__ in arrpos.__all__
+        assert f":class:`{cls.__name__}`" in " ".join(arrpos.rope_frequencies.__doc__.split())
 
 
 def test_width_and_layout_keys():

@@ -15,7 +15,6 @@ import pytest
 from array_api_compat import array_namespace
 
 import arrpos
-from arrpos._rope import layer as _rope
 
 LAYOUTS = ["half", "interleaved"]
 

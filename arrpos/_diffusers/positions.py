@@ -32,7 +32,9 @@ from .._lib import (
     index_dtype,
     output_dtype,
 )
-from .._rope.layer import _heads_axis, apply_rope, rope_cos_sin
+from .._rope.apply import apply_rope
+from .._rope.checks import heads_axis_from_end
+from .._rope.tables import rope_cos_sin
 
 __all__ = ["DiffusersPositions", "from_diffusers_config"]
 
@@ -374,7 +376,7 @@ class DiffusersPositions:
         self._need("rope", "apply()")
         xp = array_namespace(x, position_ids, name="x and position_ids")
         check_array(xp, x, "x", kind="floating")
-        ax = _heads_axis(heads_axis, x)
+        ax = heads_axis_from_end(heads_axis, x)
         spec = self._spec
         if spec.heads:
             return self._apply_per_head(xp, x, position_ids, ax, inverse)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._rope.layer import RoPE
+from .._rope.scaling import LongRopeScaling
 from .spec import Block, Reader, Spec, axis_blocks, grid, powers
 
 __all__ = ["BUILDERS", "REFUSED"]
@@ -67,9 +69,6 @@ def _omnigen(r):
     unpadded prompt; transformer_omnigen.py ``OmniGenSuScaledRotaryEmbedding``: Phi-3's
     LongRoPE (long factors past ``original_max_position_embeddings``, cos and sin times
     ``sqrt(1 + ln(max / original) / ln(original))``)."""
-    from .._rope.layer import RoPE
-    from .._rope.scaling import LongRopeScaling
-
     scaling = r.get("rope_scaling", None)
     if not isinstance(scaling, dict) or "short_factor" not in scaling or "long_factor" not in (
             scaling):

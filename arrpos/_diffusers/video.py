@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .sincos import cogvideox_sincos
 from .spec import Block, Spec, axis_blocks, grid, powers
 
 __all__ = ["BUILDERS", "REFUSED"]
@@ -136,8 +137,6 @@ def _cogvideox(r):
     if r.get("use_learned_positional_embeddings", False):
         raise r.fail("use_learned_positional_embeddings without rotary embeddings: the table is "
                      "a learned weight of the checkpoint")
-    from .sincos import cogvideox_sincos
-
     return cogvideox_sincos(r, head * r.int("num_attention_heads", 30))
 
 

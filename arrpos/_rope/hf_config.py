@@ -11,6 +11,7 @@ different RoPE.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 from .hf_models import MODELS, NO_ROTARY, TRANSFORMERS_VERSION
@@ -20,9 +21,10 @@ from .scaling import (
     AxialScaling,
     LongRopeScaling,
     NTKScaling,
-    _original_max_positions,
-    _yarn_mscale,
+    original_max_positions,
+    yarn_mscale,
 )
+from .tables import mrope_axes
 
 # The config keys the reader uses: tools/generate_hf_models.py records the config classes'
 # constant defaults of exactly these (a key absent from a config.json means its default)
@@ -160,7 +162,7 @@ _HEAD_COUNT_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads",
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
 
 
-def _as_dict(config):
+def as_dict(config):
     if hasattr(config, "to_dict") and not isinstance(config, Mapping):
         config = config.to_dict()
     if not isinstance(config, Mapping):
@@ -218,7 +220,7 @@ def resolve(config):
     a composite config, the vision tower of a vision sub-config) and its config with the config
     class's constant defaults under the file's keys and ``attribute_map`` aliases resolved.
     ``model_type`` is None for a config without one; unknown types keep their name."""
-    config = _as_dict(config)
+    config = as_dict(config)
     model_type = config.get("model_type") or None
     if model_type is not None and not isinstance(model_type, str):
         raise Refusal(f"config['model_type'] must be a string, got {model_type!r}")
@@ -463,8 +465,6 @@ def _layout(config, model_type, rp):
 
 
 def _axes(rp, model_type, n_freq):
-    from .layer import mrope_axes  # layer imports this module
-
     if model_type in _AXIAL and rp.get("rope_type") == "axial":
         _, coords, _ = _AXIAL[model_type]
         per_axis = n_freq // len(coords)
@@ -496,7 +496,7 @@ def _axes(rp, model_type, n_freq):
 def _subconfig(config, key):
     """``config[key]`` with its model type (a missing one, or the parent's, is the parent's
     sub-config type for ``key``)."""
-    config = _as_dict(config)
+    config = as_dict(config)
     parent = config.get("model_type")
     sub = config.get(key)
     if not isinstance(sub, Mapping):
@@ -574,8 +574,6 @@ def _refuse_ambiguous(config, model_type):
 
 
 def _warn_assumption(config, model_type):
-    import warnings
-
     layout = "interleaved" if config.get("rope_interleave") else "half"
     stated = "rope_interleave" in config
     warnings.warn(f"{_unknown(model_type)}: assuming a 1-D RoPE on {layout} pairs"
@@ -640,7 +638,7 @@ def query_scale_of(model_type, config, layer_params, uses_rope):
     rp = layer_params or {}
     if entry.get("beta_query_scale") and rp.get("llama_4_scaling_beta") is not None:
         scale = PositionScale("log", beta=rp["llama_4_scaling_beta"],
-                              original_max_positions=_original_max_positions(
+                              original_max_positions=original_max_positions(
                                   rp, config, rp.get("rope_type")))
     if entry.get("temperature_tuning") and not uses_rope and config.get("attn_temperature_tuning"):
         scale = PositionScale("llama4", floor_scale=config["floor_scale"],
@@ -649,6 +647,6 @@ def query_scale_of(model_type, config, layer_params, uses_rope):
     if entry.get("softmax_mscale") and rp.get("rope_type", "default") != "default":
         mscale_all_dim = rp.get("mscale_all_dim") or 0
         if mscale_all_dim:
-            m = _yarn_mscale(rp["factor"], mscale_all_dim)
+            m = yarn_mscale(rp["factor"], mscale_all_dim)
             softmax = m * m
     return scale, softmax

@@ -8,12 +8,12 @@ transformers' modeling files (``tools/generate_hf_models.py`` records it per mod
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 
-from .hf_models import MODELS
 from .._lib import check_positive_int
 from .hf_config import Refusal, query_scale_of, resolve, standard_rope_parameters
+from .hf_models import MODELS
+from .layer import RoPE
 
 __all__ = ["hf_layer_query_scales", "hf_layer_ropes"]
 
@@ -102,8 +102,6 @@ def hf_layer_ropes(config, /):
     >>> [r is None for r in arrpos.hf_layer_ropes(cfg)]
     [False, False, False, True, False, False, False, True]
     """
-    from .layer import RoPE
-
     model_type, resolved = resolve(config)
     name = model_type or "config without model_type"
     try:

@@ -3,13 +3,15 @@ them in transformers 5.24 (Qwen2-VL and its descendants, GLM-4V, ERNIE-4.5-VL, H
 HY-V4-VL, Qwen2.5-Omni, Qwen3-Omni), and the patch coordinates of their vision towers' rotary.
 
 The models read the token ids, grids and timing values on the host and lay positions out piece by
-piece (text runs, one grid per image or video frame, audio runs); so does this module. The pieces
-are planned on the host from the values read (a plan is a few numbers per piece, not per token),
-then every position is formed at once on the inputs' device with Array API operations.
+piece (text runs, one grid per image or video frame, audio runs); so does this module: it reads
+the config and the inputs and makes the vision items, :mod:`.mrope_layout` plans the pieces on
+the host from the values read (a plan is a few numbers per piece, not per token), then every
+position is formed at once on the inputs' device with Array API operations.
 """
 from __future__ import annotations
 
 import numbers
+
 import numpy as np
 
 from .._lib import (
@@ -25,39 +27,45 @@ from .._lib import (
     is_lazy,
     to_numpy,
 )
-from .hf_config import _as_dict, resolve, standard_rope_parameters
+from .hf_config import as_dict, resolve, standard_rope_parameters
+from .mrope_layout import (
+    IMAGE,
+    VIDEO,
+    Item,
+    Media,
+    Plan,
+    plan_counted,
+    plan_hunyuan,
+    plan_omni,
+    plan_runs,
+)
 
 __all__ = ["mrope_position_ids", "vision_position_ids"]
 
-# How row r of a piece's positions grows along its tokens: with the token's index in the piece
-# (LINE), its grid row (ROW), its grid column (COL), or not at all (HOLD).
-LINE, ROW, COL, HOLD = 0, 1, 2, 3
-
-_IMAGE, _VIDEO = "image_token_id", "video_token_id"
 _MERGE = "vision_config.spatial_merge_size"
 # the config class's defaults of the keys each model type's get_rope_index (and processor) reads;
 # "vision_config.<key>" is a key of the vision sub-config (tests/test_mrope_ids.py checks every
 # value against transformers' config classes)
-_OMNI_IDS = {_IMAGE: 151655, _VIDEO: 151656, "audio_token_id": 151646,
-               "audio_start_token_id": 151647, "position_id_per_seconds": 25, _MERGE: 2}
+_OMNI_IDS = {IMAGE: 151655, VIDEO: 151656, "audio_token_id": 151646,
+             "audio_start_token_id": 151647, "position_id_per_seconds": 25, _MERGE: 2}
 _MODELS = {
-    "qwen2_vl": ("qwen2_vl", {_IMAGE: 151655, _VIDEO: 151656, _MERGE: 2}),
-    "paddleocr_vl": ("paddleocr_vl", {_IMAGE: 100295, _MERGE: 2}),
-    "qwen2_5_vl": ("qwen2_5_vl", {_IMAGE: 151655, _VIDEO: 151656, _MERGE: 2,
+    "qwen2_vl": ("qwen2_vl", {IMAGE: 151655, VIDEO: 151656, _MERGE: 2}),
+    "paddleocr_vl": ("paddleocr_vl", {IMAGE: 100295, _MERGE: 2}),
+    "qwen2_5_vl": ("qwen2_5_vl", {IMAGE: 151655, VIDEO: 151656, _MERGE: 2,
                                   "vision_config.tokens_per_second": 4}),
-    **{t: ("qwen3_vl", {_IMAGE: image, _VIDEO: image + 1, _MERGE: 2}) for t, image in (
+    **{t: ("qwen3_vl", {IMAGE: image, VIDEO: image + 1, _MERGE: 2}) for t, image in (
         ("qwen3_vl", 151655), ("qwen3_vl_moe", 151655), ("cosmos3_omni", 151655),
         ("qwen3_5", 248056), ("qwen3_5_moe", 248056), ("qwen4_exp", 248056),
         ("cohere_compass", 255031))},
-    "cosmos3_edge": ("qwen3_vl", {_IMAGE: 19, _VIDEO: 18, _MERGE: 2}),
-    **{t: ("glm4v", {_IMAGE: image, "video_start_token_id": start,
+    "cosmos3_edge": ("qwen3_vl", {IMAGE: 19, VIDEO: 18, _MERGE: 2}),
+    **{t: ("glm4v", {IMAGE: image, "video_start_token_id": start,
                      "video_end_token_id": start + 1, _MERGE: 2}) for t, image, start in (
         ("glm4v", 151343, 151341), ("glm4v_moe", 151363, 151341), ("glm46v", 151343, 151361),
         ("glm_ocr", 59280, 59258))},
-    "ernie4_5_vl_moe": ("ernie4_5_vl", {_IMAGE: 100295, _VIDEO: 103367, _MERGE: 2,
+    "ernie4_5_vl_moe": ("ernie4_5_vl", {IMAGE: 100295, VIDEO: 103367, _MERGE: 2,
                                         "vision_config.temporal_merge_size": 2}),
-    "hy_v4_vl": ("hy_v4_vl", {_IMAGE: 120120, _VIDEO: 120124, _MERGE: 2}),
-    "hunyuan_vl": ("hunyuan_vl", {_IMAGE: 120120, _MERGE: 2}),
+    "hy_v4_vl": ("hy_v4_vl", {IMAGE: 120120, VIDEO: 120124, _MERGE: 2}),
+    "hunyuan_vl": ("hunyuan_vl", {IMAGE: 120120, _MERGE: 2}),
     "qwen2_5_omni_thinker": ("qwen2_5_omni", {**_OMNI_IDS, "seconds_per_chunk": 2}),
     "qwen2_5_omni_talker": ("qwen2_5_omni", {
         **{k: v for k, v in _OMNI_IDS.items() if k != _MERGE}, "seconds_per_chunk": 2,
@@ -67,19 +75,19 @@ _MODELS = {
 # the model types whose sub-config holds the model that builds the positions
 _COMPOSITE = {"qwen2_5_omni": "thinker_config", "qwen3_omni_moe": "thinker_config"}
 # keys of Qwen2.5-Omni's config classes that config.json files store under another name
-_ALIASES = {_IMAGE: "image_token_index", _VIDEO: "video_token_index",
+_ALIASES = {IMAGE: "image_token_index", VIDEO: "video_token_index",
             "audio_token_id": "audio_token_index"}
 _OMNI_KEYS = ("audio_token_id", "audio_start_token_id", "vision_start_token_id",
               "position_id_per_seconds")
 # what each rule reads besides the vision merge size
 _KEYS = {
-    "qwen2_vl": (_IMAGE, _VIDEO), "qwen3_vl": (_IMAGE, _VIDEO), "hy_v4_vl": (_IMAGE, _VIDEO),
-    "qwen2_5_vl": (_IMAGE, _VIDEO, "vision_config.tokens_per_second"),
-    "ernie4_5_vl": (_IMAGE, _VIDEO, "vision_config.temporal_merge_size"),
-    "paddleocr_vl": (_IMAGE,), "hunyuan_vl": (_IMAGE,),
-    "glm4v": (_IMAGE, "video_start_token_id", "video_end_token_id"),
-    "qwen2_5_omni": (_IMAGE, _VIDEO, *_OMNI_KEYS, "seconds_per_chunk"),
-    "qwen3_omni": (_IMAGE, _VIDEO, *_OMNI_KEYS),
+    "qwen2_vl": (IMAGE, VIDEO), "qwen3_vl": (IMAGE, VIDEO), "hy_v4_vl": (IMAGE, VIDEO),
+    "qwen2_5_vl": (IMAGE, VIDEO, "vision_config.tokens_per_second"),
+    "ernie4_5_vl": (IMAGE, VIDEO, "vision_config.temporal_merge_size"),
+    "paddleocr_vl": (IMAGE,), "hunyuan_vl": (IMAGE,),
+    "glm4v": (IMAGE, "video_start_token_id", "video_end_token_id"),
+    "qwen2_5_omni": (IMAGE, VIDEO, *_OMNI_KEYS, "seconds_per_chunk"),
+    "qwen3_omni": (IMAGE, VIDEO, *_OMNI_KEYS),
 }
 _NO_3D = "builds no multimodal positions (its get_rope_index raises: 1-D text positions)"
 _UNSUPPORTED = {
@@ -97,10 +105,10 @@ class _Spec:
     """What a model type's get_rope_index reads from its config (defaults filled in)."""
 
     def __init__(self, config):
-        config = _as_dict(config)
+        config = as_dict(config)
         model_type = config.get("model_type")
         if model_type in _COMPOSITE:
-            config = _as_dict(config.get(_COMPOSITE[model_type]) or {})
+            config = as_dict(config.get(_COMPOSITE[model_type]) or {})
             model_type = config.get("model_type") or f"{model_type}_thinker"
         if model_type not in _MODELS:
             why = _UNSUPPORTED.get(model_type, "not a model type whose multimodal positions "
@@ -125,7 +133,7 @@ def _config_value(config, key, defaults, model_type):
     """``config[key]`` (``"vision_config.x"``: of the vision sub-config), else the class default:
     an int, as the config classes require (token ids, merge sizes, rates)."""
     where, name = ("vision_config", key[14:]) if key.startswith("vision_config.") else ("", key)
-    part = _as_dict(config.get(where) or {}) if where else config
+    part = as_dict(config.get(where) or {}) if where else config
     value = part.get(name, part.get(_ALIASES.get(name, name), defaults.get(key)))
     if value is None:
         raise ValueError(f"config ({model_type}) has no {key!r}, which the model reads")
@@ -214,170 +222,6 @@ def _seconds(xp, seconds, videos):
     return host
 
 
-# --- the plan: positions as pieces of consecutive kept tokens --------------------------------
-
-
-class _Plan:
-    """Pieces of consecutive kept tokens (in batch-major order) whose row ``r`` is ``base[r]``
-    plus, by ``sel[r]``, the token's index in the piece counted from ``first`` (LINE), its row
-    or column in a grid of ``width`` columns (ROW, COL), or nothing (HOLD). A piece whose bases
-    are float32 (Qwen3-Omni) is formed in float32, as the model forms it."""
-
-    def __init__(self, rows):
-        self.rows = rows
-        self.counts, self.firsts, self.widths = [], [], []
-        self.bases, self.sels, self.real = [], [], []
-        self.top = None  # the largest position of all pieces
-
-    def piece(self, count, base, sel, *, width=1, first=0):
-        """Append a piece of ``count`` tokens; its largest value (None when empty)."""
-        if count <= 0:
-            return None
-        self.counts.append(count)
-        self.firsts.append(first)
-        self.widths.append(width)
-        self.bases.append(base)
-        self.sels.append(sel)
-        self.real.append(isinstance(base[0], np.float32))
-        last = first + count - 1
-        grow = {LINE: last, ROW: last // width, HOLD: 0,
-                COL: width - 1 if first // width != last // width else last % width}
-        top = max(b + grow[s] for b, s in zip(base, sel))
-        self.top = top if self.top is None else max(self.top, top)
-        return top
-
-    def positions(self, xp, keep, dtype, pad):
-        """``(rows, batch, seq)`` positions in ``dtype``: the pieces over the kept tokens of
-        ``keep`` (the device mask), ``pad`` elsewhere."""
-        dev = device_of(keep)
-        idx = index_dtype(xp, dev)
-        flat = xp.reshape(keep, (-1,))
-        if not self.counts:
-            return xp.full((self.rows,) + tuple(keep.shape), pad, dtype=dtype, device=dev)
-        table = _Table(xp, self, idx, dev)
-        # the kept-token index of every slot, and the piece it falls in
-        g = xp.cumulative_sum(xp.astype(flat, idx)) - 1
-        g = xp.maximum(g, xp.zeros_like(g))
-        p = xp.searchsorted(table.starts, g, side="right") - 1
-        k = g - xp.take(table.starts, p) + xp.take(table.first, p)
-        width = xp.take(table.width, p)
-        grows = {LINE: k, ROW: k // width, COL: k % width}
-        real = xp.take(table.real, p) if table.base_f is not None else None
-        rows = []
-        for r in range(self.rows):
-            sel = xp.take(table.sel[r], p)
-            q = sum(xp.astype(sel == s, idx) * grows[s] for s in (LINE, ROW, COL))
-            value = xp.take(table.base[r], p) + q
-            if real is not None:
-                exact = xp.astype(value, xp.float32)  # int pieces: formed exactly, then rounded
-                value = xp.where(real, xp.take(table.base_f[r], p) + xp.astype(q, xp.float32),
-                                 exact)
-            value = xp.where(flat, xp.astype(value, dtype), xp.asarray(pad, dtype=dtype,
-                                                                       device=dev))
-            rows.append(xp.reshape(value, tuple(keep.shape)))
-        return xp.stack(rows, axis=0)
-
-
-class _Table:
-    """A plan's pieces as small device arrays (one entry per piece)."""
-
-    def __init__(self, xp, plan, idx, dev):
-        def put(values, dtype=idx):
-            return xp.asarray(values, dtype=dtype, device=dev)
-
-        self.starts = put(np.cumsum([0] + plan.counts[:-1]).tolist())
-        self.first = put(plan.firsts)
-        self.width = put(plan.widths)
-        self.sel = [put([s[r] for s in plan.sels]) for r in range(plan.rows)]
-        ints = [[0 if real else int(b[r]) for b, real in zip(plan.bases, plan.real)]
-                for r in range(plan.rows)]
-        self.base = [put(v) for v in ints]
-        self.base_f, self.real = None, None
-        if any(plan.real):
-            self.base_f = [put([float(b[r]) if real else 0.0 for b, real in
-                                zip(plan.bases, plan.real)], xp.float32)
-                           for r in range(plan.rows)]
-            self.real = put(plan.real, xp.bool)
-
-
-class _Blocks:
-    """One sequence's blocks of positions as the model appends them (``llm_pos_ids_list``):
-    ``last`` is the largest value of the last block (the model starts the next block at
-    ``last + 1``), ``top`` the largest of all (the rope delta is ``top + 1 - tokens``)."""
-
-    def __init__(self, plan):
-        self.plan, self.last, self.top, self.tokens = plan, None, None, 0
-
-    def next_start(self):
-        return 0 if self.last is None else self.last + 1
-
-    def note(self, count, top):
-        """Record a block of ``count`` tokens whose largest value is ``top``."""
-        if count:
-            self.tokens += count
-            self.last = top
-            self.top = top if self.top is None else max(self.top, top)
-
-    def line(self, count, start=None, *, first=0):
-        """A block of ``count`` positions ``start + first, start + first + 1, ...`` on every row."""
-        start = self.next_start() if start is None else start
-        rows = self.plan.rows
-        self.note(count, self.plan.piece(count, (start,) * rows, (LINE,) * rows, first=first))
-
-    def grid(self, start, item, lo=0, hi=None):
-        """Tokens ``lo .. hi-1`` of a vision item placed at ``start``, one piece per frame: row 0
-        the frame's time, rows 1 and 2 the grid row and column (all three shifted by the time
-        when the item says so: HY-V4-VL's blocks of frames)."""
-        size = item.h * item.cols
-        hi = item.tokens if hi is None else hi
-        if isinstance(item.times[0], np.float32):
-            start = np.float32(start)
-        top = None
-        for f in range(lo // size, (hi - 1) // size + 1):
-            a, b = max(lo, f * size) - f * size, min(hi, (f + 1) * size) - f * size
-            t = start + item.times[f]
-            hw = t if item.shift else start
-            m = self.plan.piece(b - a, (t, hw, hw), (HOLD, ROW, COL), width=item.cols, first=a)
-            top = m if top is None else max(top, m)
-        self.note(hi - lo, top)
-        return top
-
-
-class _Item:
-    """One image or video (or one frame of a split video) as its grid of merged tokens: frame
-    times (ints, or float32 for Qwen3-Omni), ``h`` rows and ``w`` columns of merged patches,
-    ``cols`` tokens per row (``w + 1`` with HY-V4-VL's and HunYuan-VL's newline token, whose
-    frames are also blocks shifted by their time: ``shift``)."""
-
-    def __init__(self, times, h, w, *, newline=False):
-        self.times = [t if isinstance(t, np.float32) else int(t) for t in times]
-        self.h, self.w = int(h), int(w)
-        self.cols = self.w + 1 if newline else self.w
-        self.shift = newline
-        self.tokens = len(self.times) * self.h * self.cols
-
-
-class _Media:
-    """The items of each modality in the order the model takes them, across the batch."""
-
-    def __init__(self, items, names):
-        self.items, self.names, self.used = items, names, {k: 0 for k in items}
-
-    def take(self, kind):
-        items, i = self.items.get(kind) or [], self.used.get(kind, 0)
-        if i >= len(items):
-            raise ValueError(f"input_ids holds more {kind} placeholders than {self.names[kind]} "
-                             f"provides ({len(items)})")
-        self.used[kind] = i + 1
-        return items[i]
-
-    def finish(self):
-        for kind, items in self.items.items():
-            if self.used[kind] != len(items):
-                raise ValueError(f"{self.names[kind]} provides {len(items)} {kind} grids but "
-                                 f"input_ids holds {self.used[kind]} {kind} placeholders")
-
-
 # --- the vision items each model takes --------------------------------------------------------
 
 
@@ -393,29 +237,29 @@ def _items(xp, spec, grid, kind, seconds, dev):
     m, rule = spec.merge, spec.rule
     shape = [(int(t), int(h) // m, int(w) // m) for t, h, w in grid]
     if rule == "hunyuan_vl":  # one grid per image whatever its t, a newline column per row
-        return [_Item([0], h, w, newline=True) for _, h, w in shape]
+        return [Item([0], h, w, newline=True) for _, h, w in shape]
     if rule == "hy_v4_vl":  # every frame starts a new block of max(h, w + 1) positions
-        return [_Item([f * max(h, w + 1) for f in range(t)], h, w, newline=True)
+        return [Item([f * max(h, w + 1) for f in range(t)], h, w, newline=True)
                 for t, h, w in shape]
     if rule in _OMNI:
         if kind == "video" and seconds is None:
             raise ValueError(f"second_per_grid_ts is required with video_grid_thw for "
                              f"{spec.model_type}: the model reads it for every video")
         host = None if kind == "image" else seconds[1]
-        return [_Item(_omni_times(spec, t, None if host is None else host[i]), h, w)
+        return [Item(_omni_times(spec, t, None if host is None else host[i]), h, w)
                 for i, (t, h, w) in enumerate(shape)]
     if kind == "image":
-        return [_Item(range(t), h, w) for t, h, w in shape]
+        return [Item(range(t), h, w) for t, h, w in shape]
     if rule in _SPLIT:
-        return [_Item([0], h, w) for t, h, w in shape for _ in range(t)]
+        return [Item([0], h, w) for t, h, w in shape for _ in range(t)]
     if rule == "ernie4_5_vl":
         merge_t = spec["vision_config.temporal_merge_size"]
-        return [_Item(range(t // merge_t), h, w) for t, h, w in shape]
+        return [Item(range(t // merge_t), h, w) for t, h, w in shape]
     if rule == "qwen2_5_vl":
         times = _scaled_times(xp, [t for t, _, _ in shape], seconds and seconds[0],
                               spec["vision_config.tokens_per_second"], dev)
-        return [_Item(ts, h, w) for ts, (_, h, w) in zip(times, shape)]
-    return [_Item(range(t), h, w) for t, h, w in shape]
+        return [Item(ts, h, w) for ts, (_, h, w) in zip(times, shape)]
+    return [Item(range(t), h, w) for t, h, w in shape]
 
 
 def _scaled_times(xp, counts, seconds, tps, dev):
@@ -452,334 +296,14 @@ def _omni_times(spec, t, seconds):
     return np.trunc(times).astype(np.int64).astype(np.float32).astype(np.int64)
 
 
-# --- the planners: one per get_rope_index --------------------------------------------------
-
-
-def _runs(kinds):
-    """``(kind, start, end)`` of each run of equal values of the 1-D ``kinds``."""
-    if len(kinds) == 0:
-        return []
-    edges = (np.flatnonzero(np.diff(kinds)) + 1).tolist()
-    return [(int(kinds[a]), a, b) for a, b in zip([0] + edges, edges + [len(kinds)])]
-
-
-def _token_types(spec, ids):
-    """The processor's ``mm_token_type_ids``: 1 image, 2 video, 0 text. GLM-4V's videos are
-    image tokens between its video start and end tokens."""
-    types = np.zeros(ids.shape, np.int8)
-    image = ids == spec[_IMAGE]
-    if spec.rule == "glm4v":
-        inside = (np.cumsum(ids == spec["video_start_token_id"], axis=1)
-                  > np.cumsum(ids == spec["video_end_token_id"], axis=1))
-        types[image & ~inside] = 1
-        types[image & inside] = 2
-        return types
-    types[image] = 1
-    if _VIDEO in spec.values:
-        types[ids == spec[_VIDEO]] = 2
-    return types
-
-
-def _delta(blocks, n, b, real=False):
-    """``top + 1 - n`` of one sequence (in float32 when ``real``: Qwen3-Omni); a sequence with no
-    kept token is an error, as in the model (it concatenates no blocks)."""
-    if blocks.top is None:
-        raise ValueError(f"attention_mask keeps no token of sequence {b}; the model needs one")
-    if blocks.tokens != n:
-        raise ValueError(f"input_ids: the placeholders of sequence {b} lay out {blocks.tokens} "
-                         f"positions for its {n} kept tokens (a placeholder run and its grid, "
-                         "or its start and end tokens, disagree)")
-    return (np.float32(blocks.top) if real else blocks.top) + 1 - n
-
-
-_KINDS = {1: "image", 2: "video"}
-
-
-def _check_count(media, kind, item, count, b):
-    """A grid and its placeholder tokens must agree (the model would misplace or fail)."""
-    if item.tokens != count:
-        raise ValueError(f"{media.names[kind]}: a grid of {item.tokens} tokens meets "
-                         f"{count} {kind} placeholder tokens in sequence {b} of input_ids")
-
-
-def _plan_runs(spec, ids, keep, media, plan, _):
-    """Qwen2-VL's get_rope_index and its descendants': runs of one token type; a text run counts
-    on, a vision run takes the next grid of its kind (across the batch) at the current position,
-    after which text moves on by ``max(h, w)`` (HY-V4-VL: past the grid's largest position)."""
-    types, deltas = _token_types(spec, ids), []
-    for b in range(ids.shape[0]):
-        kinds = types[b][keep[b]]
-        blocks, pos = _Blocks(plan), 0
-        for kind, lo, hi in _runs(kinds):
-            if kind == 0:
-                blocks.line(hi - lo, pos)
-                pos += hi - lo
-                continue
-            item = media.take(_KINDS[kind])
-            _check_count(media, _KINDS[kind], item, hi - lo, b)
-            top = blocks.grid(pos, item)
-            pos = top + 1 if item.shift else pos + max(item.h, item.w)
-        deltas.append(_delta(blocks, len(kinds), b))
-    media.finish()
-    return deltas
-
-
-def _plan_hunyuan(spec, ids, keep, media, plan, _):
-    """HunYuan-VL's get_rope_index: every row counts the kept tokens, but inside an image span
-    (with or without its two edge tokens) the last three rows are (column, row, image index);
-    the image index runs on across the batch."""
-    rows, index, deltas = spec.rows, 0, []
-    lead = (LINE,) * (rows - 3)
-    for b in range(ids.shape[0]):
-        tok = ids[b][keep[b]]
-        blocks, at = _Blocks(plan), 0
-        spans = [] if "image" not in media.items else _runs((tok == spec[_IMAGE]).astype(np.int8))
-        for kind, lo, hi in spans:
-            if kind != 1:
-                continue
-            item = media.take("image")
-            edges = int(hi - lo == item.tokens + 2)  # the span may hold its two edge tokens
-            _check_count(media, "image", item, hi - lo - 2 * edges, b)
-            lo += edges
-            blocks.line(lo - at, at)
-            top = plan.piece(item.tokens, (lo,) * (rows - 3) + (0, 0, index),
-                             lead + (COL, ROW, HOLD), width=item.cols)
-            blocks.note(item.tokens, top)
-            at, index = lo + item.tokens, index + 1
-        blocks.line(len(tok) - at, at)
-        deltas.append(_delta(blocks, len(tok), b))
-    media.finish()
-    return deltas
-
-
-class _Finder:
-    """The kept tokens of one sequence: ``next(token, st)`` is the model's
-    ``input_tokens.index(token, st)``, ``run(at, tokens)`` the length of the run of ``tokens``
-    from ``at``."""
-
-    def __init__(self, tok, b, audio=None):
-        self.tok, self.b, self.audio, self.where = tok, b, audio, {}
-
-    def has(self, token):
-        return bool((self.tok == token).any())
-
-    def next(self, token, st):
-        if token not in self.where:
-            self.where[token] = np.flatnonzero(self.tok == token)
-        at = self.where[token]
-        i = int(np.searchsorted(at, st))
-        if i == len(at):
-            raise ValueError(f"input_ids: sequence {self.b} has no token {token} after position "
-                             f"{st}, where the model's layout expects one")
-        return int(at[i])
-
-    def count(self, at, length, token):
-        """How many of the ``length`` tokens from ``at`` are ``token``."""
-        return int((self.tok[at:at + length] == token).sum())
-
-    def run(self, at, tokens):
-        other = np.flatnonzero(~np.isin(self.tok[at:], tokens))
-        return int(other[0]) if len(other) else len(self.tok) - at
-
-
-def _omni_counts(spec, find, aiv):
-    """The Omni models' counts of images, videos and audios of one sequence: vision start tokens
-    followed by an image (a video; with audio in video: an audio start), audio start tokens."""
-    tok = find.tok
-    starts = np.flatnonzero(tok == spec["vision_start_token_id"])
-    if len(starts) and starts[-1] + 1 >= len(tok):
-        raise ValueError(f"input_ids: sequence {find.b} ends with a vision start token")
-    after = tok[starts + 1]
-    video = spec["audio_start_token_id"] if aiv else spec[_VIDEO]
-    return {"image": int((after == spec[_IMAGE]).sum()), "video": int((after == video).sum()),
-            "audio": int((tok == spec["audio_start_token_id"]).sum())}
-
-
-def _audio_run(find, at):
-    """The audio tokens from ``at`` (at least one: the model fails on an empty audio block)."""
-    n = find.run(at, (find.audio,))
-    if n < 1:
-        raise ValueError(f"input_ids: sequence {find.b} has an audio start token with no audio "
-                         f"token after it (position {at})")
-    return n
-
-
-def _chunks(values, size):
-    """The Qwen-Omni ``get_chunked_index``: ``(start, end)`` ranges of the nondecreasing
-    ``values`` (>= 0), a new chunk starting at the token where the number of chunks passed,
-    ``value // size``, exceeds the chunks started so far (at most one per token)."""
-    n = len(values)
-    i = np.arange(n)
-    need = np.asarray(values, np.int64) // size
-    done = i + np.minimum(np.minimum.accumulate(need - i), 1) if n else i
-    cuts = np.flatnonzero(np.diff(np.concatenate(([0], done))) > 0).tolist()
-    bounds = [0] + cuts + [n]
-    return list(zip(bounds[:-1], bounds[1:]))
-
-
-def _interleave(spec, blocks, start, item, audio):
-    """Qwen2.5-Omni's video with its audio: chunk j of the video's tokens (by frame time), then
-    chunk j of the audio's (one position each), chunks of ``position_id_per_seconds *
-    seconds_per_chunk`` positions."""
-    size = int(spec["position_id_per_seconds"] * spec["seconds_per_chunk"])
-    if size < 1:
-        raise ValueError(f"config ({spec.model_type}): position_id_per_seconds * "
-                         f"seconds_per_chunk must be >= 1 to chunk a video's audio, got {size}")
-    video = _chunks(np.repeat(item.times, item.h * item.cols), size)
-    sound = _chunks(np.arange(audio), size)
-    for j in range(max(len(video), len(sound))):
-        if j < len(video):
-            blocks.grid(start, item, *video[j])
-        if j < len(sound):
-            blocks.line(sound[j][1] - sound[j][0], start, first=sound[j][0])
-
-
-def _qwen2_5_pass(spec, blocks, find, media, st, remain, aiv):
-    """One pass of Qwen2.5-Omni's loop: the first image, video or audio token from ``st``, the
-    text before its start token(s), the item and its end token(s); returns the next ``st``."""
-    n = len(find.tok)
-    ends = {kind: find.next(spec[key], st) if remain[kind] > 0 and find.has(spec[key]) else n + 1
-            for kind, key in (("audio", "audio_token_id"), ("image", _IMAGE), ("video", _VIDEO))}
-    kind = min(ends, key=ends.get)  # the model tests audio, then image, then video
-    at = ends[kind]
-    if at > n:
-        raise ValueError(f"input_ids: sequence {find.b} has fewer placeholders than its start "
-                         "tokens announce")
-    remain[kind] -= 1
-    pair = kind == "video" and aiv
-    text = at - st - (2 if pair else 1)
-    if text < 0:
-        raise ValueError(f"input_ids: the {kind} token at position {at} of sequence {find.b} "
-                         "lacks its start token(s)")
-    blocks.line(text)
-    if kind == "audio":
-        audio = _audio_run(find, at)
-        for count in (1, audio, 1):
-            blocks.line(count)
-        return at + audio + 1
-    item = media.take(kind)
-    if not pair:
-        token = spec[_IMAGE if kind == "image" else _VIDEO]
-        _check_count(media, kind, item, find.run(at, (token,)), find.b)
-        blocks.line(1)
-        blocks.grid(blocks.next_start(), item)
-        blocks.line(1)
-        return at + item.tokens + 1
-    remain["audio"] -= 1
-    region = find.run(at, (spec[_VIDEO], find.audio))
-    _check_count(media, kind, item, find.count(at, region, spec[_VIDEO]), find.b)
-    for edge in (blocks.next_start(),) * 2:  # two start tokens at one position
-        blocks.line(1, edge)
-    _interleave(spec, blocks, blocks.next_start(), item, region - item.tokens)
-    for edge in (blocks.next_start(),) * 2:  # and two end tokens
-        blocks.line(1, edge)
-    return at + region + 2
-
-
-def _qwen3_pass(spec, blocks, find, media, st, remain):
-    """One pass of Qwen3-Omni's loop: the text up to the next vision or audio start token, the
-    start token(s) (two for a video with its audio), the item, its end token(s)."""
-    n, tok = len(find.tok), find.tok
-    vision = (remain["image"] > 0 or remain["video"] > 0) and (
-        find.has(spec[_IMAGE]) or find.has(spec[_VIDEO]))
-    ed_v = find.next(spec["vision_start_token_id"], st) if vision else n + 1
-    hear = remain["audio"] > 0 and find.has(find.audio)
-    ed_a = find.next(spec["audio_start_token_id"], st) if hear else n + 1
-    at = min(ed_v, ed_a)
-    if at > n:
-        raise ValueError(f"input_ids: sequence {find.b} has fewer placeholders than its start "
-                         "tokens announce")
-    start = blocks.next_start()
-    blocks.line(at - st, start)
-    pair = at == ed_v and ed_v + 1 == ed_a
-    edge = 2 if pair else 1
-    blocks.line(edge, start + (at - st))
-    start = start + (at - st) + edge
-    if at == ed_a:
-        used, kinds = _audio_run(find, at + 1), ("audio",)
-        blocks.line(used, start)
-    elif tok[at + 1] in (spec[_IMAGE], spec[_VIDEO]):
-        kinds = ("image",) if tok[at + 1] == spec[_IMAGE] else ("video",)
-        item = media.take(kinds[0])
-        used = item.tokens
-        _check_count(media, kinds[0], item, find.run(at + 1, (tok[at + 1],)), find.b)
-        blocks.grid(start, item)
-    elif pair:
-        item, kinds = media.take("video"), ("video", "audio")
-        used = find.run(at + 2, (spec[_VIDEO], find.audio))
-        _check_count(media, "video", item, find.count(at + 2, used, spec[_VIDEO]), find.b)
-        _merge(blocks, start, item, used - item.tokens)
-    else:
-        raise ValueError(f"input_ids: the vision start token at position {at} of sequence "
-                         f"{find.b} is followed by no image, video or audio start token")
-    for kind in kinds:
-        remain[kind] -= 1
-    blocks.line(edge)
-    return st + (at - st) + 2 * edge + used
-
-
-def _merge(blocks, start, item, audio):
-    """Qwen3-Omni's video with its audio: the tokens in order of their time positions (float32;
-    a video token first on a tie), the audio one position per token."""
-    if audio < 1:
-        raise ValueError("input_ids: a video with its audio holds no audio token")
-    size = item.h * item.cols
-    times = np.float32(start) + np.asarray(item.times, np.float32)
-    if isinstance(start, np.float32):  # the model's audio positions, compared in float32
-        sound = np.arange(audio, dtype=np.float32) + start
-    else:
-        sound = (np.arange(audio) + start).astype(np.float32)
-    cuts = np.searchsorted(sound, times, side="left").tolist()
-    done = 0
-    for f, cut in enumerate(cuts):
-        blocks.line(cut - done, start, first=done)
-        blocks.grid(start, item, f * size, (f + 1) * size)
-        done = cut
-    blocks.line(audio - done, start, first=done)
-
-
-def _plan_omni(spec, ids, keep, media, plan, aiv):
-    """Qwen2.5-Omni's and Qwen3-Omni's get_rope_index with image or video grids: one pass per
-    image, audio and video (a video with its audio counting once), then the trailing text."""
-    deltas = []
-    for b in range(ids.shape[0]):
-        find = _Finder(ids[b][keep[b]], b, spec["audio_token_id"])
-        remain = _omni_counts(spec, find, aiv)
-        passes = remain["image"] + remain["audio"] + (0 if aiv else remain["video"])
-        blocks, st = _Blocks(plan), 0
-        for _ in range(passes):
-            if spec.rule == "qwen2_5_omni":
-                st = _qwen2_5_pass(spec, blocks, find, media, st, remain, aiv)
-            else:
-                st = _qwen3_pass(spec, blocks, find, media, st, remain)
-        blocks.line(len(find.tok) - st)
-        deltas.append(_delta(blocks, len(find.tok), b, real=spec.rule == "qwen3_omni"))
-    media.finish()
-    return deltas
-
-
-def _plan_counted(spec, ids, keep, media, plan, _):
-    """The Omni models without image and video grids: positions count the kept tokens; the
-    delta comes from the largest value of the row, padding (1) included."""
-    deltas = []
-    for b in range(ids.shape[0]):
-        n = int(keep[b].sum())
-        _Blocks(plan).line(n, 0)
-        top = max([n - 1] * (n > 0) + [1] * (n < ids.shape[1]))
-        deltas.append(top + 1 - n)
-    return deltas
-
-
-# rule -> (planner, positions dtype, deltas dtype, padding): "ids" input_ids' dtype, "index" the
-# widest integer dtype of the device, "float32"
 _RULES = {
     **dict.fromkeys(("qwen2_vl", "paddleocr_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "ernie4_5_vl",
-                     "hy_v4_vl"), (_plan_runs, "ids", "index", 0)),
-    "hunyuan_vl": (_plan_hunyuan, "ids", "ids", 0),
-    "qwen2_5_omni": (_plan_omni, "ids", "index", 1),
-    "qwen3_omni": (_plan_omni, "float32", "float32", 0),
-    "qwen2_5_omni counted": (_plan_counted, "index", "index", 1),
-    "qwen3_omni counted": (_plan_counted, "float32", "float32", 1),
+                     "hy_v4_vl"), (plan_runs, "ids", "index", 0)),
+    "hunyuan_vl": (plan_hunyuan, "ids", "ids", 0),
+    "qwen2_5_omni": (plan_omni, "ids", "index", 1),
+    "qwen3_omni": (plan_omni, "float32", "float32", 0),
+    "qwen2_5_omni counted": (plan_counted, "index", "index", 1),
+    "qwen3_omni counted": (plan_counted, "float32", "float32", 1),
 }
 
 
@@ -893,8 +417,8 @@ def mrope_position_ids(config, input_ids, /, *, image_grid_thw=None, video_grid_
     planner, positions_dtype, deltas_dtype, pad = _RULES[rule]
     items = {kind: _items(xp, spec, grid, kind, seconds, dev)
              for kind, grid in grids.items() if grid is not None}
-    media = _Media(items, {"image": "image_grid_thw", "video": "video_grid_thw"})
-    plan = _Plan(spec.rows)
+    media = Media(items, {"image": "image_grid_thw", "video": "video_grid_thw"})
+    plan = Plan(spec.rows)
     deltas = planner(spec, ids, keep, media, plan, aiv)
     dtype = _dtype(xp, positions_dtype, input_ids, dev)
     _check_fits(xp, plan, dtype)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from .._lib import (
     array_namespace,
     check_choice,
@@ -121,9 +123,7 @@ class PositionScale:
     original_max_positions: float | None = None
     alpha: float | None = None
 
-    def __post_init__(self):
-        import numpy as np  # validates the parameters once, on a one-element array
-
+    def __post_init__(self):  # validates the parameters once, on a one-element array
         position_scale(np.zeros(1, dtype=np.int64), **self._parameters())
 
     def _parameters(self):

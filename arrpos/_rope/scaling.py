@@ -1,35 +1,44 @@
 """RoPE frequency scalings (transformers 5 ``modeling_rope_utils``), computed on the host in float64.
 
 Each scaling is an immutable value object: equal by value, hashable, with a readable repr, its
-parameters checked when it is made. ``_inv_freq(dim, base, seq_len)`` returns the float64
+parameters checked when it is made. ``frequencies(dim, base, seq_len)`` returns the float64
 frequencies of a rotary width ``dim`` and the attention factor, by the formulas of
 transformers' ``ROPE_INIT_FUNCTIONS`` (docs/reference.md lists them with their traps).
 The unscaled frequencies ``base ** (-2i / dim)`` are correctly rounded (``arrpos._exact``).
+
+Every subclass of :class:`RopeScaling` registers itself when it is defined: under its
+``rope_type`` in ``SCALINGS`` (what ``RoPE.from_hf_config`` reads), and in the list that the
+messages and docstrings naming the scalings are made from (:func:`scaling_names`). A new
+scaling is one class here plus its name in ``__all__`` (arrpos exports this module's
+``__all__``; ``tests/test_rope_config.py`` checks that every class defined here is in it).
 """
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import textwrap
+import weakref
 
 import numpy as np
 
 from .._exact import power_frequencies
 from .._lib import check_bool, check_positive_int, check_real_scalar
 
+# the scaling classes arrpos exports (``from .scaling import *`` in the wing and in arrpos)
 __all__ = [
     "AxialScaling",
-    "NTKScaling",
     "DynamicNTKScaling",
     "LinearScaling",
     "Llama3Scaling",
     "LongRopeScaling",
+    "NTKScaling",
     "ProportionalScaling",
-    "RopeScaling",
     "YarnScaling",
 ]
 
 
-def _default_inv_freq(dim: int, base: float) -> np.ndarray:
+def default_inv_freq(dim: int, base: float) -> np.ndarray:
     base = float(base)
     if not (math.isfinite(base) and base > 0.0):
         raise ValueError(f"the rotary base after scaling must be finite and > 0, got {base}")
@@ -62,6 +71,10 @@ def _optional_real(value, name: str, *, positive: bool = False):
 
 # transformers rope_type -> scaling class; filled by RopeScaling.__init_subclass__
 SCALINGS: dict = {}
+# every scaling class, in the order defined (weakly: a class made and dropped, as in a test,
+# leaves the list); filled by RopeScaling.__init_subclass__
+_DEFINED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_ORDER = itertools.count()
 
 
 def _need(rope_parameters, key, rope_type):
@@ -78,7 +91,7 @@ def _max_positions(config, rope_type):
     return value
 
 
-def _original_max_positions(rope_parameters, config, rope_type):
+def original_max_positions(rope_parameters, config, rope_type):
     """``original_max_position_embeddings``: a top-level value wins, as in transformers."""
     if config.get("original_max_position_embeddings") is not None:
         return config["original_max_position_embeddings"]
@@ -95,8 +108,9 @@ class RopeScaling:
 
     A subclass describes itself: ``rope_type`` (transformers' name, registered in
     ``SCALINGS`` when set), ``seq_dependent`` (whether the frequencies read ``seq_len``),
-    ``full_width`` (the table stays ``head_dim`` wide whatever ``partial_rotary_factor``) and
-    ``from_config(rope_parameters, config)``, its constructor from a transformers config.
+    ``full_width`` (the table stays ``head_dim`` wide whatever ``partial_rotary_factor``),
+    ``from_config(rope_parameters, config)``, its constructor from a transformers config, and
+    ``frequencies(dim, base, seq_len)``, its rule.
     """
 
     rope_type: str = ""
@@ -105,6 +119,7 @@ class RopeScaling:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        _DEFINED[next(_ORDER)] = cls
         if cls.__dict__.get("rope_type"):
             SCALINGS[cls.rope_type] = cls
 
@@ -113,7 +128,9 @@ class RopeScaling:
         """The scaling of ``rope_parameters`` (one layer's dict) in a config.json ``config``."""
         raise NotImplementedError
 
-    def _inv_freq(self, dim: int, base: float, seq_len):  # pragma: no cover - abstract
+    def frequencies(self, dim: int, base: float, seq_len):  # pragma: no cover - abstract
+        """``(inv_freq, attention_factor)``: the float64 NumPy frequencies of a rotary width
+        ``dim`` (even, validated) with ``base`` at ``seq_len`` (None: as at initialisation)."""
         raise NotImplementedError
 
     def _set(self, name, value):  # frozen dataclass: normalise fields in __post_init__
@@ -145,8 +162,8 @@ class LinearScaling(RopeScaling):
     def __post_init__(self):
         self._set("factor", _factor(self.factor, "factor"))
 
-    def _inv_freq(self, dim, base, seq_len):
-        return _default_inv_freq(dim, base) / self.factor, 1.0
+    def frequencies(self, dim, base, seq_len):
+        return default_inv_freq(dim, base) / self.factor, 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,16 +190,51 @@ class DynamicNTKScaling(RopeScaling):
         self._set("factor", _factor(self.factor, "factor"))
         self._set("max_positions", check_positive_int(self.max_positions, "max_positions"))
 
-    def _inv_freq(self, dim, base, seq_len):
+    def frequencies(self, dim, base, seq_len):
         if dim < 4:
             raise ValueError(f"dim must be >= 4 for DynamicNTKScaling (exponent dim/(dim-2)), "
                              f"got {dim}")
         length = self.max_positions if seq_len is None else max(seq_len, self.max_positions)
         stretch = (self.factor * length / self.max_positions) - (self.factor - 1)
-        return _default_inv_freq(dim, _ntk_base(base, stretch, dim, "factor")), 1.0
+        return default_inv_freq(dim, _ntk_base(base, stretch, dim, "factor")), 1.0
 
 
-def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+# --- static NTK-aware base rescaling (rotary-embedding-torch, x-transformers) ---------------
+
+
+@dataclasses.dataclass(frozen=True)
+class NTKScaling(RopeScaling):
+    """Static NTK-aware base rescaling (/u/bloc97): ``base' = base * factor ** (dim / (dim - 2))``.
+
+    rotary-embedding-torch ``RotaryEmbedding(theta_rescale_factor=factor)`` and x-transformers
+    ``RotaryEmbedding(base_rescale_factor=factor)``. Unlike :class:`DynamicNTKScaling` it does
+    not depend on ``seq_len``: the larger base applies at every length. transformers has no
+    ``rope_type`` for it (its ``"dynamic"`` is the sequence-dependent form).
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> arrpos.NTKScaling(4)
+    NTKScaling(factor=4.0)
+    >>> inv, _ = arrpos.rope_frequencies(4, base=100.0, scaling=arrpos.NTKScaling(4))
+    >>> inv.tolist()                                   # base' = 100 * 4 ** 2 = 1600
+    [1.0, 0.025]
+    """
+
+    factor: float
+    # no rope_type: transformers has no static NTK (its "dynamic" reads seq_len), so no config
+    # names it and SCALINGS leaves it out
+
+    def __post_init__(self):
+        self._set("factor", _factor(self.factor, "factor"))
+
+    def frequencies(self, dim, base, seq_len):
+        if dim < 4:
+            raise ValueError(f"dim must be >= 4 for NTKScaling (exponent dim/(dim-2)), got {dim}")
+        return default_inv_freq(dim, _ntk_base(base, self.factor, dim, "factor")), 1.0
+
+
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
@@ -210,7 +262,7 @@ class YarnScaling(RopeScaling):
     @classmethod
     def from_config(cls, rope_parameters, config):
         rp = rope_parameters
-        orig = _original_max_positions(rp, config, cls.rope_type)
+        orig = original_max_positions(rp, config, cls.rope_type)
         factor = rp.get("factor")
         if factor is None:  # DeepSeek-V3: the ratio of the context lengths
             factor = _max_positions(config, cls.rope_type) / orig
@@ -243,11 +295,11 @@ class YarnScaling(RopeScaling):
         if self.attention_factor is not None:
             return self.attention_factor
         if self.mscale and self.mscale_all_dim:
-            return float(_yarn_mscale(self.factor, self.mscale)
-                         / _yarn_mscale(self.factor, self.mscale_all_dim))
-        return _yarn_mscale(self.factor)
+            return float(yarn_mscale(self.factor, self.mscale)
+                         / yarn_mscale(self.factor, self.mscale_all_dim))
+        return yarn_mscale(self.factor)
 
-    def _inv_freq(self, dim, base, seq_len):
+    def frequencies(self, dim, base, seq_len):
         def correction_dim(rotations):
             return (dim * math.log(self.original_max_positions / (rotations * 2 * math.pi))) / (
                 2 * math.log(base)
@@ -261,7 +313,7 @@ class YarnScaling(RopeScaling):
             high += 0.001  # transformers' guard against a zero-width ramp
         ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
         extrapolation = 1.0 - ramp
-        inv = _default_inv_freq(dim, base)
+        inv = default_inv_freq(dim, base)
         inv = (inv / self.factor) * (1.0 - extrapolation) + inv * extrapolation
         return inv, self._attention_factor()
 
@@ -305,7 +357,7 @@ class LongRopeScaling(RopeScaling):
         rp = rope_parameters
         name = cls.rope_type
         return cls(_need(rp, "short_factor", name), _need(rp, "long_factor", name),
-                   _original_max_positions(rp, config, name), factor=rp.get("factor"),
+                   original_max_positions(rp, config, name), factor=rp.get("factor"),
                    max_positions=config.get("max_position_embeddings"),
                    attention_factor=rp.get("attention_factor"),
                    short_mscale=rp.get("short_mscale"), long_mscale=rp.get("long_mscale"))
@@ -346,7 +398,7 @@ class LongRopeScaling(RopeScaling):
             return 1.0
         return math.sqrt(1 + math.log(factor) / math.log(self.original_max_positions))
 
-    def _inv_freq(self, dim, base, seq_len):
+    def frequencies(self, dim, base, seq_len):
         if len(self.short_factor) != dim // 2:
             raise ValueError(
                 f"short_factor and long_factor must have dim // 2 = {dim // 2} entries for "
@@ -354,7 +406,7 @@ class LongRopeScaling(RopeScaling):
             )
         use_long = seq_len is not None and seq_len > self.original_max_positions
         ext = np.array(self.long_factor if use_long else self.short_factor, dtype=np.float64)
-        return _default_inv_freq(dim, base) / ext, self._attention_factor(use_long)
+        return default_inv_freq(dim, base) / ext, self._attention_factor(use_long)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,7 +432,7 @@ class Llama3Scaling(RopeScaling):
         rp, name = rope_parameters, cls.rope_type
         return cls(_need(rp, "factor", name), _need(rp, "low_freq_factor", name),
                    _need(rp, "high_freq_factor", name),
-                   _original_max_positions(rp, config, name))
+                   original_max_positions(rp, config, name))
 
     def __post_init__(self):
         self._set("factor", _factor(self.factor, "factor"))
@@ -394,8 +446,8 @@ class Llama3Scaling(RopeScaling):
         self._set("original_max_positions",
                   check_positive_int(self.original_max_positions, "original_max_positions"))
 
-    def _inv_freq(self, dim, base, seq_len):
-        inv = _default_inv_freq(dim, base)
+    def frequencies(self, dim, base, seq_len):
+        inv = default_inv_freq(dim, base)
         orig = self.original_max_positions
         low_wl, high_wl = orig / self.low_freq_factor, orig / self.high_freq_factor
         wl = 2 * math.pi / inv
@@ -440,49 +492,11 @@ class ProportionalScaling(RopeScaling):
         self._set("partial_rotary_factor", prf)
         self._set("factor", _factor(self.factor, "factor"))
 
-    def _inv_freq(self, dim, base, seq_len):
+    def frequencies(self, dim, base, seq_len):
         k = int(self.partial_rotary_factor * dim // 2)
         inv = np.zeros(dim // 2, dtype=np.float64)
-        inv[:k] = _default_inv_freq(dim, base)[:k]
+        inv[:k] = default_inv_freq(dim, base)[:k]
         return inv / self.factor, 1.0
-
-
-
-# --- static NTK-aware base rescaling (rotary-embedding-torch, x-transformers) ---------------
-
-
-@dataclasses.dataclass(frozen=True)
-class NTKScaling(RopeScaling):
-    """Static NTK-aware base rescaling (/u/bloc97): ``base' = base * factor ** (dim / (dim - 2))``.
-
-    rotary-embedding-torch ``RotaryEmbedding(theta_rescale_factor=factor)`` and x-transformers
-    ``RotaryEmbedding(base_rescale_factor=factor)``. Unlike :class:`DynamicNTKScaling` it does
-    not depend on ``seq_len``: the larger base applies at every length. transformers has no
-    ``rope_type`` for it (its ``"dynamic"`` is the sequence-dependent form).
-
-    Examples
-    --------
-    >>> import arrpos
-    >>> arrpos.NTKScaling(4)
-    NTKScaling(factor=4.0)
-    >>> inv, _ = arrpos.rope_frequencies(4, base=100.0, scaling=arrpos.NTKScaling(4))
-    >>> inv.tolist()                                   # base' = 100 * 4 ** 2 = 1600
-    [1.0, 0.025]
-    """
-
-    factor: float
-    # no rope_type: transformers has no static NTK (its "dynamic" reads seq_len), so no config
-    # names it and the registry leaves it out
-
-    def __post_init__(self):
-        self._set("factor", _factor(self.factor, "factor"))
-
-    def _inv_freq(self, dim, base, seq_len):
-        if dim < 4:
-            raise ValueError(f"dim must be >= 4 for NTKScaling (exponent dim/(dim-2)), got {dim}")
-        return _default_inv_freq(dim, _ntk_base(base, self.factor, dim, "factor")), 1.0
-
-
 
 
 _ARRANGEMENTS = ("blocks", "pairs", "strided")
@@ -521,19 +535,47 @@ class AxialScaling(RopeScaling):
             raise ValueError(f"arrangement must be one of {_ARRANGEMENTS}, got "
                              f"{self.arrangement!r}")
 
-    def _inv_freq(self, dim, base, seq_len):
-        inv, att = self._axial_inv_freq(dim, base)
+    def frequencies(self, dim, base, seq_len):
+        inv, att = self._axial_frequencies(dim, base)
         return (inv * (2 * math.pi) if self.turns else inv), att
 
-    def _axial_inv_freq(self, dim, base):
+    def _axial_frequencies(self, dim, base):
         n = self.n_axes
         if dim % (2 * n):
             raise ValueError(f"dim must be a multiple of 2 * n_axes = {2 * n} for "
                              f"AxialScaling, got {dim}")
         if self.arrangement == "strided":
-            inv = _default_inv_freq(dim, base)
+            inv = default_inv_freq(dim, base)
             return np.concatenate([inv[k::n] for k in range(n)]), 1.0
-        per_axis = _default_inv_freq(dim // n, base)
+        per_axis = default_inv_freq(dim // n, base)
         if self.arrangement == "pairs":
             return np.repeat(per_axis, n), 1.0
         return np.tile(per_axis, n), 1.0
+
+
+def scaling_names() -> list:
+    """The names of the scaling classes, in the order they were defined."""
+    return [cls.__name__ for cls in list(_DEFINED.values())]
+
+
+def check_scaling(scaling):
+    """``scaling``: None or a scaling object (a TypeError naming every scaling class)."""
+    if scaling is not None and not isinstance(scaling, RopeScaling):
+        raise TypeError(f"scaling must be None or one of {', '.join(scaling_names())}; got "
+                        f"{type(scaling).__name__}")
+    return scaling
+
+
+def lists_scalings(fn):
+    """``fn`` whose docstring line ``{scalings} <rest>`` (8 spaces in: a parameter's
+    description) becomes the scaling classes as Sphinx references, ``:class:`LinearScaling`,
+    ... or :class:`AxialScaling```, then ``<rest>``, wrapped within 96 columns."""
+    refs = [f":class:`{name}`" for name in scaling_names()]
+    listed = ", ".join(refs[:-1]) + f" or {refs[-1]}" if len(refs) > 1 else "".join(refs)
+    head, marker, tail = (fn.__doc__ or "").partition("        {scalings}")
+    if marker:
+        rest, _, tail = tail.partition("\n")
+        filled = textwrap.fill(listed + rest, width=96, initial_indent=" " * 8,
+                               subsequent_indent=" " * 8, break_on_hyphens=False)
+        fn.__doc__ = f"{head}{filled}\n{tail}"
+    return fn
