@@ -3,9 +3,9 @@
 Subcommands (``python .ci/gpu_check.py NAME --help``):
 
 ``kernels``
-    Launches every CUDA kernel instantiation of the CuPy adapter at least once, the program
-    that ``.ci/gpu`` runs under ``compute-sanitizer``: every name expression of
-    ``arrpos._backends._cupy.kernel_names()`` (each op x dtype x offset type), both rotation
+    Launches every CUDA kernel instantiation at least once, the program that ``.ci/gpu``
+    runs under ``compute-sanitizer``: every name expression of the CUDA driver's
+    ``kernel_names()`` (each op x dtype x offset type), both rotation
     layouts, the three table layouts, the three ALiBi modes, the vector and the pair-by-pair
     paths, partial rotary, in place, strided and misaligned views, broadcast tables, sliced
     caches, out-of-range ids (clamped by the kernel, never read outside the cache), a
@@ -19,7 +19,7 @@ Subcommands (``python .ci/gpu_check.py NAME --help``):
     to have reached a kernel; ``--no-pool`` turns CuPy's memory pool off so that every array
     is its own allocation (compute-sanitizer then sees an overrun past an array's end).
 ``compile``
-    Builds the module with NVRTC on the GPU exactly as the adapter does, loads every kernel,
+    Builds the module with NVRTC on the GPU exactly as the driver does, loads every kernel,
     prints the time taken and each kernel's registers and local memory.
 ``env``
     The machine: nvidia-smi, Python and package versions, CUDA runtime, driver and NVRTC
@@ -124,29 +124,121 @@ def _npx():
     return npx
 
 
-@contextlib.contextmanager
-def offsets(index):
-    """The adapter's 64-bit offset instantiation (``long long``) for every launch inside, by
-    lowering the threshold below which it picks the 32-bit one (no 2**31-element array)."""
-    from arrpos._backends import _cupy
+class Cuda:
+    """arrpos's CUDA code as this program drives it: the driver (the instantiation list, the
+    kernel lookup every launch goes through, the offset-type threshold, one launch function per
+    kernel taking CuPy arrays and the element type they store) and the CuPy front-end.
 
-    saved = _cupy._INT_OFFSETS_BELOW
-    if index == "long long":
-        _cupy._INT_OFFSETS_BELOW = 0
-    try:
-        yield
-    finally:
-        _cupy._INT_OFFSETS_BELOW = saved
+    Everything this program knows of arrpos's internals is here. Two layouts are served: the
+    driver ``arrpos._backends.cuda.driver`` with its front-ends ``cuda.cupy`` and
+    ``cuda.torch_cuda``, and the earlier single adapter ``arrpos._backends._cupy`` whose
+    private functions did the driver's work (drop that branch once no checkout has it)."""
+
+    def __init__(self):
+        try:
+            from arrpos._backends.cuda import cupy as front
+            from arrpos._backends.cuda import driver
+            self.layered = True
+        except ImportError:
+            from arrpos._backends import _cupy as front
+            driver = front
+            self.layered = False
+        self.front, self.driver = front, driver
+        self.kernel_names = driver.kernel_names
+        self.module_spec = driver.module_spec
+        self.module_failure = driver.module_failure
+        self.source_path = driver.SOURCE_PATH
+        self._lookup = "kernel" if self.layered else "_kernel"
+        self._threshold = "INT_OFFSETS_BELOW" if self.layered else "_INT_OFFSETS_BELOW"
+
+    def forget(self):
+        """Every compiled module, kernel and build failure forgotten (tests)."""
+        if self.layered:
+            self.driver.forget()
+        else:
+            for cache in ("_MODULES", "_FUNCTIONS", "_FAILED", "_SM_COUNT"):
+                getattr(self.driver, cache).clear()
+
+    @contextlib.contextmanager
+    def wrapped_lookup(self, wrap):
+        """The driver's kernel lookup replaced by ``wrap(original)`` inside."""
+        original = getattr(self.driver, self._lookup)
+        setattr(self.driver, self._lookup, wrap(original))
+        try:
+            yield
+        finally:
+            setattr(self.driver, self._lookup, original)
+
+    @contextlib.contextmanager
+    def offsets(self, index):
+        """The 64-bit offset instantiation (``long long``) for every launch inside, by lowering
+        the threshold below which the driver picks the 32-bit one (no 2**31-element array)."""
+        saved = getattr(self.driver, self._threshold)
+        if index == "long long":
+            setattr(self.driver, self._threshold, 0)
+        try:
+            yield
+        finally:
+            setattr(self.driver, self._threshold, saved)
+
+    # one launch function per kernel, CuPy arrays in, ``storage`` the element type's name
+    # (bfloat16 data is int16 bits: torch's route, the only one CuPy arrays have)
+
+    def sinusoid_table(self, positions, hi, lo, *, layout, width, storage):
+        if self.layered:
+            return self.driver.sinusoid_table(positions, hi, lo, None, layout, width, storage)
+        return self.driver.sinusoid_table(positions, hi, lo, layout=layout, width=width,
+                                          dtype=np.dtype(storage), xp=None)
+
+    def rope_cos_sin(self, positions, inv_freq, cos, sin, *, layout, scale, storage):
+        if self.layered:
+            return self.driver.rope_cos_sin(positions, inv_freq, cos, sin, layout, scale,
+                                            storage)
+        return self.driver.rope_cos_sin(positions, inv_freq, layout=layout,
+                                        attention_factor=scale, axes=None,
+                                        dtype=np.dtype(storage), xp=None, out=(cos, sin))
+
+    def apply_rope(self, x, cos, sin, out, *, layout, inverse, storage):
+        if self.layered:
+            return self.driver.apply_rope(x, cos, sin, out, layout, inverse, storage)
+        return self.driver._apply_rope(x, cos, sin, layout=layout, inverse=inverse, out=out,
+                                       storage=storage)
+
+    def apply_rope_cached(self, x, cos_cache, sin_cache, ids, out, *, layout, inverse, storage):
+        if self.layered:
+            return self.driver.apply_rope_cached(x, cos_cache, sin_cache, ids, out, layout,
+                                                 inverse, storage)
+        return self.driver._apply_rope_cached(x, cos_cache, sin_cache, ids, layout=layout,
+                                              inverse=inverse, out=out, storage=storage)
+
+    def apply_pair(self, q, k, cos, sin, q_out, k_out, *, layout, inverse, storage):
+        if self.layered:
+            return self.driver.apply_pair(q, k, cos, sin, cos, sin, q_out, k_out, layout,
+                                          inverse, (storage, storage))
+        return self.driver._apply_pair(q, k, cos, sin, cos, sin, layout=layout,
+                                       inverse=inverse, q_out=q_out, k_out=k_out,
+                                       storage=(storage, storage))
+
+    def alibi_bias(self, slopes, query_len, key_len, out, *, mode, storage):
+        if self.layered:
+            return self.driver.alibi_bias(slopes, query_len, key_len, out, mode, None, storage)
+        return self.driver._alibi_into(slopes, query_len, key_len, mode=mode,
+                                       query_offset=None, out=out, storage=storage)
+
+
+@functools.lru_cache(maxsize=None)
+def cuda() -> Cuda:
+    return Cuda()
 
 
 def _sinusoid(dev, *, dtype, layout, nf, width, lead):
-    from arrpos._backends import _cupy, _xp
+    from arrpos._backends import _xp
     from arrpos._exact import power_frequencies
 
     hi, lo = power_frequencies(nf, 2 * nf, 10000.0)
     pos = np.arange(int(np.prod(lead)), dtype=np.int64).reshape(lead) * 4099 % 70001
-    got = _cupy.sinusoid_table(dev.cp.asarray(pos), hi, lo, layout=layout, dtype=np.dtype(dtype),
-                               width=width, xp=None)
+    got = cuda().sinusoid_table(dev.cp.asarray(pos), hi, lo, layout=layout, width=width,
+                                storage=dtype)
     ext = width + (width < 2 * nf)  # an odd interleaved width drops the last cosine
     ref = _xp.sinusoid_table(pos, hi, lo, layout=layout, dtype=np.float64, width=ext,
                              xp=_npx())[..., :width]
@@ -154,13 +246,13 @@ def _sinusoid(dev, *, dtype, layout, nf, width, lead):
 
 
 def _rope_cos_sin(dev, *, dtype, layout):
-    from arrpos._backends import _cupy, _xp
+    from arrpos._backends import _xp
 
     pos = np.array([[0, 7, 4096, 65535, 3, 11, 1], [1, 2, 3, 5, 8, 13, 21]], dtype=np.int64)
     inv, inv64 = dev.put(1.0 / 10000.0 ** (np.arange(0, 18, 2) / 18), "float32")  # 9: odd
     outs = (dev.empty(pos.shape + (18,), dtype), dev.empty(pos.shape + (18,), dtype))
-    cos, sin = _cupy.rope_cos_sin(dev.cp.asarray(pos), inv, layout=layout, attention_factor=1.1,
-                                  axes=None, dtype=np.dtype(dtype), xp=None, out=outs)
+    cos, sin = cuda().rope_cos_sin(dev.cp.asarray(pos), inv, *outs, layout=layout, scale=1.1,
+                                   storage=dtype)
     rc, rs = _xp.rope_cos_sin(pos, inv64, layout=layout, attention_factor=1.1, axes=None,
                               dtype=np.float64, xp=_npx())
     check_close(dev.get(cos, dtype), rc, dtype, "cos")
@@ -179,16 +271,6 @@ def _half_tables(rng, seq, rotary, layout, lead=None):
     ang = rng.uniform(-6, 6, size=(seq,) + (lead or ()) + (rotary // 2,))
     ang = np.concatenate([ang, ang], -1) if layout == "half" else np.repeat(ang, 2, -1)
     return np.cos(ang), np.sin(ang)
-
-
-def _apply(x, c, s, dtype, *, layout, inverse, out=None):
-    """One ``apply_rope`` launch through the adapter (bfloat16: the int16 route of torch)."""
-    from arrpos._backends import _cupy
-
-    if dtype == "bfloat16":
-        return _cupy._apply_rope(x, c, s, layout=layout, inverse=inverse, out=out,
-                                 storage="bfloat16")
-    return _cupy.apply_rope(x, c, s, layout=layout, inverse=inverse, xp=None, out=out)
 
 
 def _apply_rope(dev, *, dtype, index, layout, form):
@@ -216,8 +298,8 @@ def _apply_rope(dev, *, dtype, index, layout, form):
     c, c64 = dev.put(cv, dtype)
     s, s64 = dev.put(sv, dtype)
     exact = _xp.apply_rope(x64, c64, s64, layout=layout, inverse=inverse, xp=npx)
-    with offsets(index):
-        got = _apply(x, c, s, dtype, layout=layout, inverse=inverse, out=out)
+    with cuda().offsets(index):
+        got = cuda().apply_rope(x, c, s, out, layout=layout, inverse=inverse, storage=dtype)
     if out is not None and got is not out:
         raise AssertionError("out= was not returned")
     check_close(dev.get(got, dtype), exact, dtype, f"apply_rope {form}")
@@ -228,7 +310,7 @@ def _apply_rope_cached(dev, *, dtype, index, layout, form):
     "clamped" (ids outside the cache, an odd number of pairs: the kernel clamps them; the
     public function would have refused them) or "in_place" (heads-first ids, x rotated in
     place, contiguous caches: the vector path)."""
-    from arrpos._backends import _cupy, _xp
+    from arrpos._backends import _xp
 
     rng = np.random.default_rng(_seed(dtype, index, layout, form, "cached"))
     if form == "sliced":
@@ -255,19 +337,15 @@ def _apply_rope_cached(dev, *, dtype, index, layout, form):
         ref_ids, out = ids, x
     exact = _xp.apply_rope_cached(x64, cc64, sc64, ref_ids, layout=layout, inverse=False,
                                   xp=_npx())
-    with offsets(index):
-        if dtype == "bfloat16":
-            got = _cupy._apply_rope_cached(x, cc, sc, dev.cp.asarray(ids), layout=layout,
-                                           inverse=False, out=out, storage="bfloat16")
-        else:
-            got = _cupy.apply_rope_cached(x, cc, sc, dev.cp.asarray(ids), layout=layout,
-                                          inverse=False, xp=None, out=out)
+    with cuda().offsets(index):
+        got = cuda().apply_rope_cached(x, cc, sc, dev.cp.asarray(ids), out, layout=layout,
+                                       inverse=False, storage=dtype)
     check_close(dev.get(got, dtype), exact, dtype, f"apply_rope_cached {form}")
 
 
 def _apply_rope_qk(dev, *, dtype):
     """q and k (fewer heads: GQA) rotated in place by the two launches of apply_rope_qk."""
-    from arrpos._backends import _cupy, _xp
+    from arrpos._backends import _xp
 
     rng = np.random.default_rng(7)
     q, q64 = dev.put(rng.uniform(-3, 3, (2, 8, 5, 16)), dtype)
@@ -276,34 +354,27 @@ def _apply_rope_qk(dev, *, dtype):
     c, c64 = dev.put(cv, dtype)
     s, s64 = dev.put(sv, dtype)
     qe, ke = _xp.apply_rope_qk(q64, k64, c64, s64, layout="half", inverse=False, xp=_npx())
-    if dtype == "bfloat16":
-        _cupy._apply_pair(q, k, c, s, c, s, layout="half", inverse=False, q_out=q, k_out=k,
-                          storage=("bfloat16", "bfloat16"))
-    else:
-        _cupy.apply_rope_qk(q, k, c, s, layout="half", inverse=False, xp=None, out=(q, k))
+    cuda().apply_pair(q, k, c, s, q, k, layout="half", inverse=False, storage=dtype)
     check_close(dev.get(q, dtype), qe, dtype, "q")
     check_close(dev.get(k, dtype), ke, dtype, "k")
 
 
 def _alibi(dev, *, dtype, mode, query_len, key_len):
-    from arrpos._backends import _cupy, _xp
+    from arrpos._backends import _xp
 
     slopes = 2.0 ** -np.arange(1, 6, dtype=np.float64)  # exact in every dtype
     sl, sl64 = dev.put(slopes, dtype)
-    if dtype == "bfloat16":  # torch's route: float64 slopes, an int16 output named bfloat16
-        out = dev.empty((5, query_len, key_len), dtype)
-        got = _cupy._alibi_into(dev.cp.asarray(sl64), query_len, key_len, mode=mode,
-                                query_offset=None, out=out, storage="bfloat16")
-    else:
-        got = _cupy.alibi_bias(sl, query_len, key_len, mode=mode, query_offset=None,
-                               dtype=np.dtype(dtype), xp=None)
+    if dtype == "bfloat16":  # torch's route: float64 slopes (CuPy has no bfloat16 to hold)
+        sl = dev.cp.asarray(sl64)
+    out = dev.empty((5, query_len, key_len), dtype)
+    got = cuda().alibi_bias(sl, query_len, key_len, out, mode=mode, storage=dtype)
     exact = _xp.alibi_bias(sl64, query_len, key_len, mode=mode, query_offset=key_len - query_len,
                            dtype=np.float64, xp=_npx())
     check_close(dev.get(got, dtype), exact, dtype, "alibi")
 
 
-def adapter_cases():
-    """``[(label, function of a Device)]``: through the adapter, valid under emulation."""
+def driver_cases():
+    """``[(label, function of a Device)]``: through the CUDA driver, valid under emulation."""
     cases = []
 
     def add(label, fn, **kw):
@@ -426,32 +497,28 @@ def public_cases(cp, torch, recorder):
 
 
 class Recorder:
-    """Counts launches per name expression by wrapping ``_cupy._kernel`` (every launch of the
-    adapter, the torch bridge's included, fetches its kernel there)."""
+    """The name expression of every launch, by wrapping the driver's kernel lookup (every
+    launch, the torch front-end's included, fetches its kernel there)."""
 
     def __init__(self):
         self.launches = []
 
     @contextlib.contextmanager
     def installed(self):
-        from arrpos._backends import _cupy
-
-        original = _cupy._kernel
         launches = self.launches
 
-        def kernel(name):
-            fn = original(name)
+        def wrap(original):
+            def kernel(name):
+                fn = original(name)
 
-            def launch(*args, **kwargs):
-                launches.append(name)
-                return fn(*args, **kwargs)
-            return launch
+                def launch(*args, **kwargs):
+                    launches.append(name)
+                    return fn(*args, **kwargs)
+                return launch
+            return kernel
 
-        _cupy._kernel = kernel
-        try:
+        with cuda().wrapped_lookup(wrap):
             yield self
-        finally:
-            _cupy._kernel = original
 
 
 def run_cases(cases, dev, recorder, *, must_launch=True, log=print):
@@ -472,10 +539,8 @@ def run_cases(cases, dev, recorder, *, must_launch=True, log=print):
 
 
 def coverage(recorder):
-    """Name expressions of the adapter never launched."""
-    from arrpos._backends import _cupy
-
-    return sorted(set(_cupy.kernel_names()) - set(recorder.launches))
+    """Name expressions of the driver never launched."""
+    return sorted(set(cuda().kernel_names()) - set(recorder.launches))
 
 
 def cmd_kernels(args):
@@ -489,40 +554,37 @@ def cmd_kernels(args):
             import torch
         except ImportError:
             print("torch not importable: the torch rows of --public are left out")
-    from arrpos._backends import _cupy
-
     rec = Recorder()
     dev = Device(cp)
     t0 = time.perf_counter()
     with rec.installed():
-        failed = run_cases(adapter_cases(), dev, rec)
-        n_adapter = len(rec.launches)
+        failed = run_cases(driver_cases(), dev, rec)
+        n_driver = len(rec.launches)
         if args.public:
             failed += run_cases(public_cases(cp, torch, rec), dev, rec)
     cp.cuda.Device().synchronize()  # an asynchronous fault surfaces here at the latest
     missing = coverage(rec)
-    names = _cupy.kernel_names()
+    names = cuda().kernel_names()
     print(f"kernels: {len(names) - len(missing)}/{len(names)} name expressions launched; "
-          f"{n_adapter} adapter launches, {len(rec.launches) - n_adapter} public; "
+          f"{n_driver} driver launches, {len(rec.launches) - n_driver} public; "
           f"{len(failed)} failed cases; {time.perf_counter() - t0:.1f} s")
     for name in missing:
         print(f"NOT LAUNCHED  {name}")
-    if _cupy.module_failure(cp.cuda.Device().id):
-        print(f"module failure: {_cupy.module_failure(cp.cuda.Device().id)}")
+    failure = cuda().module_failure(cp.cuda.Device().id)
+    if failure:
+        print(f"module failure: {failure}")
         return 1
     return 1 if failed or missing else 0
 
 
 # ------------------------------------------------------------------------------------------
-# compile: the module built and loaded on the GPU as the adapter builds it
+# compile: the module built and loaded on the GPU as the driver builds it
 
 
 def cmd_compile(args):
     import cupy as cp
 
-    from arrpos._backends import _cupy
-
-    spec = _cupy.module_spec()
+    spec = cuda().module_spec()
     dev = cp.cuda.Device()
     t0 = time.perf_counter()
     module = cp.RawModule(**spec)
@@ -581,9 +643,11 @@ def cmd_env(args):
     # which GPU code ran, also where .git did not travel: compare with sha256sum here
     import hashlib
 
-    sums = [f"{p} {hashlib.sha256((ROOT / p).read_bytes()).hexdigest()[:12]}"
-            for p in ("arrpos/_backends/kernels.cu", "arrpos/_backends/_cupy.py",
-                      "arrpos/_backends/_torch_cuda.py") if (ROOT / p).exists()]
+    paths = sorted({p for p in (ROOT / "arrpos").rglob("*") if p.suffix == ".cu"
+                    or (p.suffix == ".py" and ("cuda" in p.relative_to(ROOT).as_posix()
+                                               or "cupy" in p.name))})
+    sums = [f"{p.relative_to(ROOT).as_posix()} {hashlib.sha256(p.read_bytes()).hexdigest()[:12]}"
+            for p in paths]
     out.append("sources (sha256): " + ", ".join(sums))
     try:
         import cupy as cp

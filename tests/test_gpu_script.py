@@ -4,7 +4,7 @@ No GPU has run this project's CUDA kernels yet; the day one is lent there is one
 of a few minutes. What can go wrong in it is checked here: the carried wheels are exactly what
 the GPU tests import beyond the machine's own packages; ``.ci/gpu --dry-run`` shows every step
 and nothing in the script reaches the network; the program run under compute-sanitizer
-launches every name expression of the CuPy adapter and its calls are valid (they run against
+launches every name expression of the CUDA code and its calls are valid (they run against
 the CUDA emulation of tests/cuda_emulation.py, with results checked); the report is written
 from the step table, JUnit files and logs; the shell is shellcheck-clean where shellcheck is
 installed. No timing is asserted.
@@ -281,18 +281,18 @@ def emulator(tmp_path_factory):
 
 @pytest.fixture
 def cp(emulator, monkeypatch):
-    """The emulation's stand-in for CuPy, with the few names the public pass also uses."""
+    """The emulation's stand-in for CuPy, with the few names the public pass also uses; the
+    driver's compiled modules forgotten around it."""
     import cuda_emulation
-    from arrpos._backends import _cupy
 
     fake = cuda_emulation.FakeCupy(emulator)
     for name in ("float16", "float32"):
         setattr(fake, name, getattr(np, name))
     fake.asnumpy = lambda a: np.array(a)
-    for cache in ("_MODULES", "_FUNCTIONS", "_FAILED", "_SM_COUNT"):
-        monkeypatch.setattr(_cupy, cache, {})
+    gpu_check.cuda().forget()
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    return fake
+    yield fake
+    gpu_check.cuda().forget()
 
 
 def _record_vector_flags(monkeypatch):
@@ -313,17 +313,17 @@ def _record_vector_flags(monkeypatch):
 
 
 def test_kernels_program_launches_every_name_expression(cp, monkeypatch):
-    from arrpos._backends import _cupy
-
+    cuda = gpu_check.cuda()
+    lookup = getattr(cuda.driver, cuda._lookup)
     flags = _record_vector_flags(monkeypatch)
     rec = gpu_check.Recorder()
     lines = []
     with rec.installed():
-        failed = gpu_check.run_cases(gpu_check.adapter_cases(), gpu_check.Device(cp), rec,
+        failed = gpu_check.run_cases(gpu_check.driver_cases(), gpu_check.Device(cp), rec,
                                      log=lines.append)
     assert not failed, "\n".join(lines)
     assert gpu_check.coverage(rec) == []
-    names = set(_cupy.kernel_names())
+    names = set(cuda.kernel_names())
     assert {n for n, _, _ in cp.launches} == names == set(rec.launches)
     assert len(cp.launches) == len(rec.launches)  # the recorder counts launches, not lookups
     # both paths of every apply kernel: two pairs per thread and pair by pair
@@ -332,20 +332,26 @@ def test_kernels_program_launches_every_name_expression(cp, monkeypatch):
     assert all(v == {0, 1} for v in flags.values()), flags
     # a launch split along its rows (the wide-short grid) and one frequency set in two blocks
     assert any(grid[1] > 1 for n, grid, _ in cp.launches if "alibi" in n)
-    assert sum(1 for label, _ in gpu_check.adapter_cases() if "200 frequencies" in label) == 2
-    assert gpu_check.Recorder().launches == [] and _cupy._kernel.__name__ == "_kernel"
+    assert sum(1 for label, _ in gpu_check.driver_cases() if "200 frequencies" in label) == 2
+    assert getattr(cuda.driver, cuda._lookup) is lookup  # the wrapper is gone
 
 
 def test_kernels_program_fails_on_wrong_results(cp, monkeypatch):
-    """A kernel told the other layout computes other values: the program says so (a launch
-    that runs clean under the sanitizer but computes the wrong thing is a failure)."""
-    from arrpos._backends import _cupy
+    """A kernel that computes nothing (here: launches that do not run) fails every case it
+    serves: a launch that is clean under the sanitizer but wrong is a failure."""
+    import cuda_emulation
 
-    monkeypatch.setitem(_cupy._ROPE_LAYOUTS, "half", 1)
-    monkeypatch.setitem(_cupy._ROPE_LAYOUTS, "interleaved", 0)
+    original = cuda_emulation.FakeKernel.__call__
+
+    def lazy(self, grid, block, args, shared_mem=0):
+        if not self.name.startswith("arrpos::apply_rope<"):
+            return original(self, grid, block, args, shared_mem)
+        self.log.append((self.name, tuple(grid), block))
+
+    monkeypatch.setattr(cuda_emulation.FakeKernel, "__call__", lazy)
     rec = gpu_check.Recorder()
     lines = []
-    cases = [c for c in gpu_check.adapter_cases() if c[0].startswith("apply_rope float32 <int>")]
+    cases = [c for c in gpu_check.driver_cases() if c[0].startswith("apply_rope float32 <int>")]
     with rec.installed():
         failed = gpu_check.run_cases(cases, gpu_check.Device(cp), rec, log=lines.append)
     assert failed == [label for label, _ in cases], "\n".join(lines)
@@ -356,7 +362,7 @@ def test_kernels_program_fails_when_the_generic_code_runs(cp, monkeypatch):
     cp.compile_error = RuntimeError("simulated NVRTC failure")
     rec = gpu_check.Recorder()
     lines = []
-    cases = gpu_check.adapter_cases()[:2]
+    cases = gpu_check.driver_cases()[:2]
     with rec.installed(), pytest.warns(RuntimeWarning, match="simulated NVRTC failure"):
         failed = gpu_check.run_cases(cases, gpu_check.Device(cp), rec, log=lines.append)
     assert failed == [label for label, _ in cases]
@@ -364,21 +370,26 @@ def test_kernels_program_fails_when_the_generic_code_runs(cp, monkeypatch):
 
 def test_public_pass_reaches_the_kernels(cp, monkeypatch):
     """The --public pass through the public functions, its CuPy rows on the emulation (the
-    dispatcher pointed at the CuPy adapter for the stand-in's arrays); torch rows need CUDA."""
+    dispatcher pointed at the CuPy front-end for the stand-in's arrays); torch rows need CUDA."""
     import cuda_emulation
     from arrpos import _dispatch
-    from arrpos._backends import _cupy
+    from arrpos._lib._memo import clear_memos
 
-    monkeypatch.setattr(_dispatch, "candidates", lambda xp: (_cupy,))
+    front = gpu_check.cuda().front
+    monkeypatch.setattr(_dispatch, "candidates", lambda xp: (front,))
     # the public functions compare devices: the stand-in's are one device, as CuPy's are
     dev = cuda_emulation.FakeDevice
     monkeypatch.setattr(dev, "__eq__", lambda a, b: isinstance(b, dev) and a.id == b.id)
     monkeypatch.setattr(dev, "__hash__", lambda a: hash(a.id))
     rec = gpu_check.Recorder()
     lines = []
-    with rec.installed():
-        cases = gpu_check.public_cases(cp, None, rec)
-        failed = gpu_check.run_cases(cases, gpu_check.Device(cp), rec, log=lines.append)
+    clear_memos()  # plans of earlier calls chose their routes without the patch
+    try:
+        with rec.installed():
+            cases = gpu_check.public_cases(cp, None, rec)
+            failed = gpu_check.run_cases(cases, gpu_check.Device(cp), rec, log=lines.append)
+    finally:
+        clear_memos()  # nor may later calls meet the routes chosen here
     assert len(cases) == 5
     assert not failed, "\n".join(lines)
     assert {n.split("<")[0] for n in rec.launches} == {
