@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# Compile the CUDA source shipped as package data (arrpos/_backends/kernels.cu) with nvcc for
-# sm_80 and sm_90, instantiating every kernel the CuPy adapter names (one list:
-# arrpos._backends._cupy.kernel_names(), which imports without CuPy), so that a syntax or
+# Compile the CUDA source shipped as package data (arrpos/_backends/cuda/kernels.cu) with nvcc for
+# sm_80 and sm_90, instantiating every kernel the CUDA driver names (one list, from the op table:
+# arrpos._backends.cuda.driver.kernel_names(), which imports without CuPy), so that a syntax or
 # template error fails CI instead of a user's first GPU call. No GPU is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 NVCC="${NVCC:-nvcc}"
 if ! command -v "$NVCC" >/dev/null 2>&1; then
-    echo "skip: nvcc not found; arrpos/_backends/kernels.cu not compiled"
+    echo "skip: nvcc not found; arrpos/_backends/cuda/kernels.cu not compiled"
     exit 0
 fi
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 python -c 'import sys
-from arrpos._backends._cupy import instantiation_source, kernel_names
+from arrpos._backends.cuda.driver import instantiation_source, kernel_names
 sys.stdout.write(instantiation_source())
 print(len(kernel_names()), file=sys.stderr)' >"$tmp/instances.cu" 2>"$tmp/count"
 

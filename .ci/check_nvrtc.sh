@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Compile arrpos/_backends/kernels.cu with NVRTC exactly as the CuPy adapter does at run time:
-# cupy.cuda.compiler with the source, options and name expressions of
-# arrpos._backends._cupy.module_spec() (what cupy.RawModule receives), plus the -ftz=true that
-# CuPy's RawModule appends, for sm_80 and sm_90 (SASS, as CuPy builds for a GPU it knows) and
-# compute_80 (PTX, read to check that no .ftz instruction slipped in: the kernels keep
-# subnormals). Fails on any error, on any NVRTC log output (warnings included) and on a name
-# expression that does not resolve. No GPU or driver is needed: the architecture is given
-# explicitly instead of being read from the device.
+# Compile arrpos/_backends/cuda/kernels.cu with NVRTC exactly as the CUDA driver does at run
+# time: cupy.cuda.compiler with the source, options and name expressions of
+# arrpos._backends.cuda.driver.module_spec() (what cupy.RawModule receives; the name expressions
+# are the CUDA kernels of the op table, arrpos._backends.ops, per element and offset type), plus
+# the -ftz=true that CuPy's RawModule appends, for sm_80 and sm_90 (SASS, as CuPy builds for a
+# GPU it knows) and compute_80 (PTX, read to check that no .ftz instruction slipped in: the
+# kernels keep subnormals). Fails on any error, on any NVRTC log output (warnings included)
+# and on a name expression that does not resolve. No GPU or driver is needed: the architecture
+# is given explicitly instead of being read from the device.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +21,7 @@ import sys
 import cupy
 from cupy.cuda import compiler
 
-from arrpos._backends._cupy import module_spec
+from arrpos._backends.cuda.driver import module_spec
 
 spec = module_spec()
 options = tuple(spec["options"]) + ("-ftz=true",)  # appended by cupy.RawModule

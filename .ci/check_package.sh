@@ -37,8 +37,8 @@ want = ["arrpos/_backends/_cpu.*.so", "arrpos/_backends/_cpu.pyi", "arrpos/py.ty
         "arrpos/__main__.py", "arrpos/_cli.py", "arrpos/plot.py", "*.dist-info/entry_points.txt",
         "arrpos/_explore_page/page.html", "arrpos/_explore_page/explore.js",
         "arrpos/_explore_page/explore.css"]
-if (root / "arrpos/_backends/kernels.cu").exists():
-    want.append("arrpos/_backends/kernels.cu")
+if (root / "arrpos/_backends/cuda/kernels.cu").exists():
+    want.append("arrpos/_backends/cuda/kernels.cu")
 missing = [w for w in want if not fnmatch.filter(names, w)]
 stray = [n for n in names if n.startswith(("tests/", "csrc/", "benchmarks/"))]
 src = [n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n]

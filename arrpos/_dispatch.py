@@ -1,54 +1,93 @@
 """The one place that knows which implementations exist and chooses between them.
 
-A table maps each array library (its namespace kind) to the adapter modules that may serve its
-arrays, in the order they are tried; the generic Array API code (``_backends._xp``) serves
-everything the adapters decline. Every adapter exposes the same op functions as ``_xp`` (same
-names, same signatures) plus ``supports(op, arrays, **kwargs)``: whether it serves this call.
-An adapter that discovers a "no" only while preparing a call raises ``Unsupported``; the
-dispatcher then tries the next one. Adapters never fall back by themselves.
+A table maps each array library (its namespace kind) to the front-end modules that may serve
+its arrays, in the order they are tried; the generic Array API code (``_backends._xp``) serves
+everything they decline. A front-end sits on a kernel driver (``host``: the compiled CPU
+kernels, ``cuda``: the CUDA kernels, ``dask``: graphs whose tasks dispatch per chunk), and the
+op table (``_backends.ops``) says which ops each driver has, which arrays a call decides on,
+which drivers guard an op's outputs and which validate its ids. Every front-end has the same
+interface (:class:`FrontEnd`): its driver, whether its answers hold per signature, the op
+functions with ``_xp``'s names and signatures, ``supports``, ``bind`` and ``cache_clear``. A
+front-end that discovers a "no" only while preparing a call raises ``Unsupported``; the
+dispatcher then tries the next one. Front-ends never fall back by themselves.
 
-``ARRPOS_NO_EXTENSIONS=1`` (read once, at import) forces ``_xp`` everywhere; graph adapters,
-which compile nothing (Dask: one task per chunk), stay, and their tasks then run ``_xp`` on each
-chunk. No device copy is ever hidden here: a GPU array is never routed through NumPy.
+Two ways in: :func:`plan` decides how every call of one op with one signature (the types,
+shapes, dtypes and devices of its arrays, and its options) is served, as a :class:`Plan` for
+the caller to memoise; :func:`call` makes a call, along such a plan or deciding now.
+
+``ARRPOS_NO_EXTENSIONS=1`` (read once, at import) forces ``_xp`` everywhere; graph front-ends,
+which compile nothing (Dask: one task per chunk), stay, and their tasks then run ``_xp`` on
+each chunk. No device copy is ever hidden here: a GPU array is never routed through NumPy.
 
 Outputs (``out``) that overlap the inputs or each other follow one rule for every
-implementation (``_backends._memory``), applied here: before an implementation runs, or, for
-an adapter that guards the op (``GUARDS``: it refuses such outputs, writing nothing), after it
-refuses.
+implementation (``_backends.memory``), applied here: before an implementation runs, or, for a
+driver that guards the op (the op table's ``guarded_by``: it refuses such outputs, writing
+nothing), after it refuses.
 
-An adapter whose ``supports`` answers from the arguments' types, dtypes and options alone sets
-``SIGNATURE_SUPPORTS = True``: callers may then memoise its choice per signature (``route``) and
-skip the question on later calls (a decode step's microseconds).
-
-Adding a backend: one adapter module in ``_backends/`` plus one row in ``ADAPTERS``.
+Adding a front-end onto existing kernels: one module in ``_backends/<driver>/`` plus one row
+in ``FRONT_ENDS``. Adding an op: one row in ``_backends.ops`` plus its functions.
 """
 from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, NamedTuple, Protocol
 
-from ._backends import Unsupported, _memory, _xp
+from ._backends import Unsupported, _xp, memory
+from ._backends.ops import OPS
 from ._lib import backend_name
 
-__all__ = ["ADAPTERS", "Unsupported", "adapter", "adapter_status", "call",
-           "call_checked", "candidates", "clear_caches", "route", "run",
-           "choose", "compiled_available", "compiled_threads", "extensions_disabled"]
+__all__ = ["ADAPTERS", "FRONT_ENDS", "FrontEnd", "Plan", "Unsupported", "adapter",
+           "adapter_status", "call", "call_checked", "candidates", "choose", "clear_caches",
+           "compiled_available", "compiled_threads", "driver", "extensions_disabled",
+           "front_end", "plan", "route", "run"]
 
-# namespace kind (``_lib.backend_name``) -> adapter modules of ``arrpos._backends``, tried in order
-ADAPTERS: dict[str, tuple[str, ...]] = {
-    "numpy": ("_numpy",),
-    "torch": ("_torch_cuda", "_torch_cpu"),
-    "cupy": ("_cupy",),
-    "dask": ("_dask",),
+# namespace kind (``_lib.backend_name``) -> front-ends (modules of ``arrpos._backends``), in order
+FRONT_ENDS: dict[str, tuple[str, ...]] = {
+    "numpy": ("host.numpy",),
+    "torch": ("cuda.torch_cuda", "host.torch_cpu"),
+    "cupy": ("cuda.cupy",),
+    "dask": ("dask.graph",),
 }
-
-# adapters that only build task graphs dispatching per chunk: ARRPOS_NO_EXTENSIONS leaves them on
-_GRAPH_ADAPTERS = frozenset({"_dask"})
+ADAPTERS = FRONT_ENDS  # (the table's name before the drivers; kept while callers move)
+# the kernel drivers whose state the package reports (``compiled_*``, ``arrpos info``)
+_DRIVERS = {"host": "host.driver", "cuda": "cuda.driver"}
+_ALL = tuple(n for names in FRONT_ENDS.values() for n in names)
+# front-ends that only build task graphs dispatching per chunk: ARRPOS_NO_EXTENSIONS leaves them
+_GRAPHS = frozenset({"dask.graph"})
+# the front-ends' module names before the drivers (``adapter``)
+_FORMER = {"_numpy": "host.numpy", "_torch_cpu": "host.torch_cpu", "_cupy": "cuda.cupy",
+           "_torch_cuda": "cuda.torch_cuda", "_dask": "dask.graph"}
 
 # the choice must not change between two calls of one program
 _DISABLED = os.environ.get("ARRPOS_NO_EXTENSIONS", "") not in ("", "0")
-_LOADED: dict[str, object] = {}  # adapter name -> module, or the ImportError text
-_BY_KIND: dict[int, tuple] = {}  # id(xp) -> adapter modules that imported
+_LOADED: dict[str, Any] = {}  # module name -> module, or the ImportError text
+_BY_KIND: dict[int, tuple] = {}  # id(xp) -> front-ends that imported
+
+
+class FrontEnd(Protocol):
+    """What every front-end module defines (besides its ops, with ``_xp``'s signatures)."""
+
+    DRIVER: str  # "host", "cuda" or "dask": its row of the op table
+    PER_SIGNATURE: bool  # ``supports`` reads types, dtypes and options only
+
+    def supports(self, op: str, arrays: tuple, **options: Any) -> bool: ...
+
+    def bind(self, op: str, arrays: tuple, **options: Any) -> Callable | None: ...
+
+    def cache_clear(self) -> None: ...
+
+
+class Plan(NamedTuple):
+    """How every call of one op with one signature is served (:func:`plan`)."""
+
+    fn: Callable | None  # the implementation; None: a front-end tried decides on each call
+    validates: bool  # ``fn`` checks the op's values itself (ids: a kernel reads them)
+    bound: Callable | None  # the op for this signature alone: f(*args, out), or None
+    guards: bool  # ``fn`` refuses outputs that meet its inputs (``memory``'s rule after)
+    module: Any  # the module that serves these arguments now (tests, benchmarks, docs)
 
 
 def extensions_disabled() -> bool:
@@ -56,13 +95,9 @@ def extensions_disabled() -> bool:
     return _DISABLED
 
 
-def adapter(name: str):
-    """The adapter module ``name`` (e.g. ``"_numpy"``) if it imports and is enabled, else None."""
-    return None if _DISABLED and name not in _GRAPH_ADAPTERS else _load(name)
-
-
 def _load(name: str):
-    """The adapter module ``name``, or None when it cannot be imported (remembered why)."""
+    """The module ``arrpos._backends.<name>``, or None when it cannot be imported (remembered
+    why)."""
     if name not in _LOADED:
         try:
             _LOADED[name] = importlib.import_module(f"arrpos._backends.{name}")
@@ -72,45 +107,104 @@ def _load(name: str):
     return None if isinstance(mod, str) else mod
 
 
+def front_end(name: str):
+    """The front-end ``name`` (e.g. ``"host.numpy"``) if it imports and is enabled, else None."""
+    return None if _DISABLED and name not in _GRAPHS else _load(name)
+
+
+def driver(name: str):
+    """The kernel driver ``name`` (``"host"`` or ``"cuda"``) if it imports and is enabled,
+    else None."""
+    return None if _DISABLED else _load(_DRIVERS[name])
+
+
 def candidates(xp) -> tuple:
-    """The adapter modules that may serve arrays of namespace ``xp``, in the order tried."""
+    """The front-ends that may serve arrays of namespace ``xp``, in the order tried."""
     mods = _BY_KIND.get(id(xp))
     if mods is None:
-        names = ADAPTERS.get(backend_name(xp), ())
+        names = FRONT_ENDS.get(backend_name(xp), ())
         if _DISABLED:
-            names = tuple(n for n in names if n in _GRAPH_ADAPTERS)
+            names = tuple(n for n in names if n in _GRAPHS)
         mods = _BY_KIND[id(xp)] = tuple(m for m in map(_load, names) if m is not None)
     return mods
 
 
-def call(op: str, xp, /, *args, arrays=(), **kwargs):
-    """``op(*args, xp=xp, **kwargs)`` on the first adapter that serves it, else on ``_xp``.
+def _arrays(op, args, arrays, options):
+    return OPS[op].arrays_of(args, options.get("out")) if arrays is None else arrays
 
-    ``arrays`` are the call's array arguments (``None`` allowed, e.g. no ``out``): adapters
-    decide on their types, devices, dtypes and memory layouts, and on ``kwargs``.
+
+def plan(op: str, xp, /, arrays=(), **options) -> Plan:
+    """How every call of ``op`` with this signature (the types, shapes, dtypes and devices of
+    ``arrays``, and ``options``) is served, for callers that memoise it per signature: the
+    first front-end whose ``supports`` says yes, else ``_xp``. Where a front-end tried decides
+    on each call (``PER_SIGNATURE`` false: autograd state, devices), ``fn`` is None and
+    :func:`call` decides each time; ``module`` is then the choice for these arguments now."""
+    row = OPS[op]
+    per_call = False
+    for mod in candidates(xp):
+        per_call = per_call or not mod.PER_SIGNATURE
+        if mod.supports(op, arrays, **options):
+            if per_call:
+                return Plan(None, False, None, False, mod)
+            validates = mod.DRIVER in row.validated_by
+            return Plan(getattr(mod, op), validates,
+                        mod.bind(op, arrays, **options) if validates else None,
+                        mod.DRIVER in row.guarded_by, mod)
+    if per_call:
+        return Plan(None, False, None, False, _xp)
+    return Plan(getattr(_xp, op), False, None, False, _xp)
+
+
+def call(op: str, xp, /, *args, arrays=None, plan: Plan | None = None, check=None,
+         **options):
+    """``op(*args, xp=xp, **options)`` on the first front-end that serves it, else on ``_xp``.
+
+    ``arrays``: the call's array arguments as the op table lists them (``None`` entries for
+    absent outputs); by default read from ``args`` and ``out``. ``plan``: a memoised
+    :func:`plan` of this signature (None: decide now). ``check``: a function that validates
+    the op's values (ids in range), run unless the implementation that serves the call
+    validates them itself (a kernel that rejects ids outside the cache while it gathers), so
+    a decode step reads its ids once, not twice. A front-end's late ``Unsupported`` falls back
+    to the next, then to ``_xp``.
     """
-    return _serve(candidates(xp), op, xp, _nothing, args, arrays, kwargs)
+    return _along(plan, op, xp, check, args, arrays, options)
 
 
-def call_checked(op: str, xp, check, /, *args, arrays=(), **kwargs):
-    """``call``, running ``check()`` first unless the module that serves the call validates
-    ``op``'s values itself (``op`` in its ``VALIDATES``: a kernel that rejects ids outside
-    the cache while it gathers), so a decode step reads its ids once, not twice."""
-    return _serve(_BY_KIND.get(id(xp)) or candidates(xp), op, xp, check, args, arrays, kwargs)
+def _along(plan, op, xp, check, args, arrays, options):
+    """:func:`call`, its arguments packed."""
+    if plan is None or plan[0] is None:  # decide now
+        return _serve(candidates(xp), op, xp, check or _nothing, args,
+                      OPS[op].arrays_of(args, options.get("out")) if arrays is None else arrays,
+                      options)
+    fn, validates, _, guards, _ = plan
+    out = options.get("out")
+    if out is not None and not guards and memory.temporaries(op, args, out) is not None:
+        return _along(None, op, xp, check, args, arrays, options)  # through temporaries
+    if check is not None and not validates:
+        check()
+    try:
+        return fn(*args, xp=xp, **options)
+    except Unsupported:
+        if out is not None and guards and memory.temporaries(op, args, out) is not None:
+            return _along(None, op, xp, check, args, arrays, options)
+        if check is not None and validates:
+            check()
+        return getattr(_xp, op)(*args, xp=xp, **options)
 
 
 def _serve(mods, op, xp, check, args, arrays, kwargs):
     """The first of ``mods`` that serves the call, else ``_xp``; the ids checked (``check``)
-    and the outputs' rule (``_memory``) applied before any module that needs them."""
+    and the outputs' rule (``memory``) applied before any module that needs them."""
+    row = OPS[op]
     apart = kwargs.get("out") is None  # no output that could meet the inputs
     checked = False
     for mod in mods:
         if mod.supports(op, arrays, **kwargs):
-            if not apart and op not in getattr(mod, "GUARDS", ()):
+            if not apart and mod.DRIVER not in row.guarded_by:
                 if (res := _apart(mods, op, xp, check, args, arrays, kwargs)) is not None:
                     return res[0]
                 apart = True
-            if not checked and op not in getattr(mod, "VALIDATES", ()):
+            if not checked and mod.DRIVER not in row.validated_by:
                 check()
                 checked = True
             try:
@@ -129,55 +223,13 @@ def _serve(mods, op, xp, check, args, arrays, kwargs):
 
 
 def _apart(mods, op, xp, check, args, arrays, kwargs):
-    """None when the call's outputs may be written as given (``_memory.temporaries``), else
+    """None when the call's outputs may be written as given (``memory.temporaries``), else
     ``(result,)`` of the call made through temporaries."""
-    need = _memory.temporaries(op, args, kwargs["out"])
+    need = memory.temporaries(op, args, kwargs["out"])
     if need is None:
         return None
-    return (_memory.through_temporaries(
+    return (memory.through_temporaries(
         need, arrays, kwargs, lambda arrs, kw: _serve(mods, op, xp, check, args, arrs, kw)),)
-
-
-def route(op: str, xp, /, arrays=(), **kwargs):
-    """How every call of ``op`` with this signature (the types, shapes, dtypes and devices of
-    ``arrays``, and ``kwargs``) is served, for callers that memoise it per signature:
-    ``(function, validates, bound, guards)``, or None when an adapter tried decides per call
-    (e.g. on autograd state) and ``call_checked`` must decide each time. ``validates``: the
-    function checks ``op``'s values itself (see ``call_checked``). ``bound``: None, or the
-    adapter's ``bind(op, arrays, **kwargs)``, the op for this signature alone as a function of
-    its arrays and ``out``, positionally; it validates the values too, and may raise
-    ``Unsupported`` late as the function does (the caller then goes on with ``run``).
-    ``guards``: the function refuses outputs that meet its inputs (``GUARDS``, ``_memory``)."""
-    for mod in candidates(xp):
-        if not getattr(mod, "SIGNATURE_SUPPORTS", False):
-            return None
-        if mod.supports(op, arrays, **kwargs):
-            validates = op in getattr(mod, "VALIDATES", ())
-            bind = getattr(mod, "bind", None) if validates else None
-            return (getattr(mod, op), validates, bind and bind(op, arrays, **kwargs),
-                    op in getattr(mod, "GUARDS", ()))
-    return getattr(_xp, op), False, None, False
-
-
-def run(served, op: str, xp, check, /, *args, arrays=(), **kwargs):
-    """``call_checked(op, xp, check, ...)`` along ``served``, a memoised ``route`` (None:
-    decide now). An adapter's late ``Unsupported`` falls back to ``_xp``; ``check`` may be
-    None (nothing to check)."""
-    out = kwargs.get("out")
-    if served is None or (out is not None and not served[3]
-                          and _memory.temporaries(op, args, out) is not None):
-        return call_checked(op, xp, check or _nothing, *args, arrays=arrays, **kwargs)
-    fn, validates, _, guards = served
-    if check is not None and not validates:
-        check()
-    try:
-        return fn(*args, xp=xp, **kwargs)
-    except Unsupported:
-        if out is not None and guards and _memory.temporaries(op, args, out) is not None:
-            return call_checked(op, xp, check or _nothing, *args, arrays=arrays, **kwargs)
-        if check is not None and validates:
-            check()
-        return getattr(_xp, op)(*args, xp=xp, **kwargs)
 
 
 def _nothing():
@@ -185,35 +237,27 @@ def _nothing():
 
 
 def clear_caches() -> None:
-    """Empty what the loaded adapters keep between calls (each adapter's ``cache_clear()``,
-    where it has one: tables of frequencies, compiled-kernel state stays)."""
-    for mod in list(_LOADED.values()):
-        clear = getattr(mod, "cache_clear", None)
-        if callable(clear):
-            clear()
-
-
-def choose(op: str, xp, /, arrays=(), **kwargs):
-    """The module that ``call`` would try first for these arguments (tests, benchmarks, docs)."""
-    for mod in candidates(xp):
-        if mod.supports(op, arrays, **kwargs):
-            return mod
-    return _xp
+    """Empty what the loaded front-ends and the host driver keep between calls (their
+    ``cache_clear()``: tables of frequencies; compiled-kernel state stays)."""
+    for name in (*_ALL, _DRIVERS["host"]):
+        mod = _LOADED.get(name)
+        if mod is not None and not isinstance(mod, str):
+            mod.cache_clear()
 
 
 def adapter_status() -> dict[str, dict[str, str]]:
-    """For ``arrpos info`` and the tests: each kind's adapters and whether they import.
+    """For ``arrpos info`` and the tests: each kind's front-ends and whether they import.
 
-    Importing an adapter imports its library, so only those already imported, or compiled
-    (``_numpy``), are tried; the others are reported as ``"not loaded"``.
+    Importing a front-end imports its library, so only those already imported, or compiled
+    (``host.numpy``), are tried; the others are reported as ``"not loaded"``.
     """
     status: dict[str, dict[str, str]] = {}
-    for kind, names in ADAPTERS.items():
+    for kind, names in FRONT_ENDS.items():
         row = status[kind] = {}
         for name in names:
-            if _DISABLED and name not in _GRAPH_ADAPTERS:
+            if _DISABLED and name not in _GRAPHS:
                 row[name] = "disabled by ARRPOS_NO_EXTENSIONS"
-            elif name in _LOADED or name == "_numpy":
+            elif name in _LOADED or name == "host.numpy":
                 row[name] = "available" if _load(name) is not None else str(_LOADED[name])
             else:
                 row[name] = "not loaded"
@@ -227,14 +271,46 @@ def compiled_available(*, ignore_switch: bool = False) -> tuple[bool, str | None
     """
     if _DISABLED and not ignore_switch:
         return False, "disabled by ARRPOS_NO_EXTENSIONS"
-    mod = _load("_numpy")
-    return mod is not None, (None if mod is not None else str(_LOADED["_numpy"]))
+    mod = _load(_DRIVERS["host"])
+    return mod is not None, (None if mod is not None else str(_LOADED[_DRIVERS["host"]]))
 
 
 def compiled_threads() -> dict[str, object]:
     """The CPU kernels' threading: built with their thread pool, and the threads a large call
     uses."""
-    mod = _load("_numpy")
+    mod = _load(_DRIVERS["host"])
     if mod is None:
         return {"thread_pool": False, "threads": 1}
     return {"thread_pool": mod.have_threads(), "threads": mod.max_threads()}
+
+
+# ---- the entry points before the plan (kept while their callers move; see plan and call) ----
+
+
+def adapter(name: str):
+    """:func:`front_end` by its former module name (``"_numpy"``) or its new one."""
+    return front_end(_FORMER.get(name, name))
+
+
+def call_checked(op: str, xp, check, /, *args, arrays=None, **kwargs):
+    """``call(op, xp, *args, check=check, ...)``."""
+    return _along(None, op, xp, check, args, arrays, kwargs)
+
+
+def route(op: str, xp, /, arrays=(), **kwargs):
+    """``plan(...)``, or None where it is decided on each call (found without asking)."""
+    mods = candidates(xp)
+    if mods and not mods[0].PER_SIGNATURE:
+        return None
+    p = plan(op, xp, arrays, **kwargs)
+    return None if p.fn is None else p
+
+
+def run(served, op: str, xp, check, /, *args, arrays=None, **kwargs):
+    """``call(op, xp, *args, plan=served, check=check, ...)``."""
+    return _along(served, op, xp, check, args, arrays, kwargs)
+
+
+def choose(op: str, xp, /, arrays=(), **kwargs) -> ModuleType:
+    """``plan(...).module``: the module that serves these arguments now."""
+    return plan(op, xp, arrays, **kwargs).module

@@ -55,7 +55,7 @@ def _rotate_half(torch, x):
 
 
 def _rope_rows(cp, torch, rounds):
-    from arrpos._backends import _cupy
+    from arrpos._backends.cuda import cupy as _cupy
 
     rows = []
     b, s, h, d = ROPE_SHAPE
@@ -87,7 +87,7 @@ def _rope_rows(cp, torch, rounds):
     rows.append(("apply_rope in place (cupy)", f"{ROPE_SHAPE} f32", t["kernel"],
                  f"{t['scale'] / t['kernel']:.2f} x of x *= 1", ""))
     if torch is not None:
-        from arrpos._backends import _torch_cuda
+        from arrpos._backends.cuda import torch_cuda as _torch_cuda
 
         tx = torch.from_dlpack(x).to(torch.bfloat16)
         tc, ts = (torch.from_dlpack(a).to(torch.bfloat16) for a in (cos, sin))
@@ -106,7 +106,7 @@ def _rope_rows(cp, torch, rounds):
 
 
 def _table_rows(cp, torch, rounds):
-    from arrpos._backends import _cupy
+    from arrpos._backends.cuda import cupy as _cupy
     from arrpos._exact import power_frequencies
 
     n, d = TABLE_SHAPE

@@ -180,10 +180,10 @@ def one_thread_rows(rounds, quick):
 
 def _stream_copy():
     """The kernels' streaming copy (the benchmarks' memory limit), or None without them."""
-    from arrpos._dispatch import adapter
+    from arrpos._dispatch import driver
 
-    mod = adapter("_numpy")
-    return None if mod is None else mod.stream_copy
+    host = driver("host")
+    return None if host is None else host.stream_copy
 
 
 def _limit_text(t, mine):

@@ -54,7 +54,7 @@ def _tables(seq, dim, dtype, layout):
 def _buffer(a):
     """A copy of ``a`` in a 2 MiB aligned block (NumPy promises 16 bytes); kernels and
     baselines run on the same buffers, so both get whole cache lines."""
-    from arrpos._backends._numpy import empty_bytes
+    from arrpos._backends.host.driver import empty_bytes
 
     b = empty_bytes(a.nbytes).view(a.dtype).reshape(a.shape)
     b[...] = a
@@ -109,7 +109,7 @@ def _apply_rows(dtype, layout, rounds, with_users):
 def _table_rows(dtype, layout, rounds):
     n, nf = TABLE
     inv = arrpos.rope_frequencies(2 * nf)[0]
-    impl = _dispatch.adapter("_numpy")
+    impl, host = _dispatch.front_end("host.numpy"), _dispatch.driver("host")
     cos = np.empty((n, 2 * nf), dtype)
     sin = np.empty((n, 2 * nf), dtype)
     cos.fill(1.0)
@@ -126,8 +126,8 @@ def _table_rows(dtype, layout, rounds):
                           dtype=dtype, xp=None, out=(cos, sin))
 
     def stream_fill():
-        impl.stream_fill(cos)
-        impl.stream_fill(sin)
+        host.stream_fill(cos)
+        host.stream_fill(sin)
 
     t = interleaved({"kernel": kernel, "one thread": one_thread(kernel),  # (fill: one too)
                      "fill": lambda: (cos.fill(0.0), sin.fill(0.0)), "stream": stream_fill,
@@ -206,7 +206,7 @@ def _sixteen_bit_rows(rounds):
 
 
 def run(quick=False, rounds=None):
-    if _dispatch.adapter("_numpy") is None:
+    if _dispatch.front_end("host.numpy") is None:
         return [], "rope: compiled extension unavailable, nothing to compare"
     r = rounds or (3 if quick else 25)
     rows = []

@@ -21,7 +21,7 @@ def numpy_formula(n, d, out):
 
 
 def run(quick=False, rounds=None):
-    impl = _dispatch.adapter("_numpy")
+    impl, host = _dispatch.front_end("host.numpy"), _dispatch.driver("host")
     if impl is None:
         return [], "sinusoid: compiled extension unavailable, nothing to compare"
     rows = []
@@ -37,7 +37,7 @@ def run(quick=False, rounds=None):
                                 xp=None, out=out)
 
         def stream_fill():
-            impl.stream_fill(out)
+            host.stream_fill(out)
 
         t = interleaved(  # (fill is one thread too)
             {"kernel": kernel, "one thread": one_thread(kernel), "fill": lambda: out.fill(0.0),

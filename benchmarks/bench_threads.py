@@ -58,7 +58,7 @@ def _ratios(rounds, sizes):
 
 
 def run(quick=False, rounds=None):
-    mod = _dispatch.adapter("_numpy")
+    mod = _dispatch.driver("host")
     if mod is None or mod.max_threads() < 2:
         return [], "threads: one kernel thread here (or no compiled kernels), nothing to compare"
     r = rounds or (5 if quick else 15)

@@ -24,10 +24,10 @@ SUITES = [bench_sinusoid, bench_rope, bench_peers, bench_threads, bench_gpu, ben
 
 
 def machine() -> str:
-    from arrpos._dispatch import adapter
+    from arrpos._dispatch import driver
 
-    mod = adapter("_numpy")
-    threads = mod.max_threads() if mod is not None else 0
+    host = driver("host")
+    threads = host.max_threads() if host is not None else 0
     return (f"{_cpu_name()}, {os.cpu_count()} cores, {threads} kernel threads, "
             f"numpy {__import__('numpy').__version__}")
 

@@ -1,4 +1,5 @@
-"""Run the CUDA kernels of ``kernels.cu`` on the CPU, through the real CuPy adapter, without a GPU.
+"""Run the CUDA kernels of ``kernels.cu`` on the CPU, through the real CUDA driver, without a
+GPU.
 
 ``kernels.cu`` is compiled as plain C++ (``ARRPOS_HOST_EMULATION``) behind a small shim that
 supplies the CUDA built-ins (``threadIdx`` ..., ``__fma_rn``, ``__dmul_rn``, ``__dadd_rn``) and,
@@ -6,14 +7,14 @@ in place of the kernels' inline PTX, the same operations in C++ (``mul.rn.f32`` 
 product compiled with ``-ffp-contract=off``, ``fma.rn.f32`` is ``std::fma``, ``cvt.rz`` a
 rounding towards zero, the half conversions ``_Float16``): the float arithmetic therefore gives
 the bits the GPU gives; only ``sincos`` comes from the host's libm. Every kernel of
-``_cupy.kernel_names()`` gets a launcher that runs the 2-D grid one thread at a time (the
+``driver.kernel_names()`` gets a launcher that runs the 2-D grid one thread at a time (the
 kernels use no shared memory and no barriers, so any order is a valid schedule) with its
 arguments passed the CUDA way, as an array of pointers to each value (structures by value,
 from the size-1 structured NumPy arrays that CuPy would pass as their bytes).
 
 :class:`FakeCupy` is a stand-in for the ``cupy`` module built on NumPy, just large enough for
-``arrpos._backends._cupy``: its ``RawModule`` launches through the emulator and checks what a
-GPU would punish — the kernel name is one of the name expressions, the block fits
+``arrpos._backends.cuda`` (the driver and its front-ends): its ``RawModule`` launches through
+the emulator and checks what a GPU would punish — the kernel name is one of the name expressions, the block fits
 ``__launch_bounds__(256)``, and every argument has exactly the C type of the kernel parameter
 (a ``numpy.int32`` where the kernel takes ``long long`` would be garbage on a GPU).
 
@@ -30,7 +31,7 @@ import subprocess
 
 import numpy as np
 
-from arrpos._backends import _cupy
+from arrpos._backends.cuda import driver
 
 _SHIM = r"""
 #define ARRPOS_HOST_EMULATION 1
@@ -133,12 +134,12 @@ extern "C" int emu_launch(int i, unsigned gx, unsigned gy, unsigned bx, unsigned
 
 
 def emulator_source() -> str:
-    names = _cupy.kernel_names()
+    names = driver.kernel_names()
     sigs = "\n".join(f"    case {i}: signatures[{i}] = signature(&{n}); break;"
                      for i, n in enumerate(names))
     runs = "\n".join(f"    case {i}: run(&{n}, gx, gy, bx, by, args); break;"
                      for i, n in enumerate(names))
-    return (_SHIM.replace("@SOURCE@", str(_cupy.SOURCE_PATH.resolve()))
+    return (_SHIM.replace("@SOURCE@", str(driver.SOURCE_PATH.resolve()))
             .replace("@COUNT@", str(len(names)))
             .replace("@SIGNATURES@", sigs).replace("@LAUNCHES@", runs))
 
@@ -171,7 +172,7 @@ def build(directory) -> ctypes.CDLL:
 
 
 # ------------------------------------------------------------------------------------------
-# A NumPy-backed stand-in for the parts of cupy that arrpos._backends._cupy uses
+# A NumPy-backed stand-in for the parts of cupy that arrpos._backends.cuda uses
 
 
 class _Ptr:
@@ -236,7 +237,7 @@ class FakeKernel:
         FakeKernel.last_args = tuple(args)
         assert self.lib.emu_launch(self.index, gx, gy, bx, by, arr) == 0
 
-    _STRUCTS = {"F": _cupy._FREQ_DTYPE, "S": _cupy._STRIDES_DTYPE}
+    _STRUCTS = {"F": driver.FREQ_DTYPE, "S": driver.STRIDES_DTYPE}
 
     def _argument(self, k, a, c):
         """The C value of argument ``k`` for a parameter of type code ``c``, checked as a GPU
@@ -261,7 +262,7 @@ class FakeKernel:
 
 class FakeRawModule:
     def __init__(self, lib, log, *, code, options=(), name_expressions=()):
-        spec = _cupy.module_spec()
+        spec = driver.module_spec()
         assert (code, tuple(options), list(name_expressions)) == \
             (spec["code"], tuple(spec["options"]), list(spec["name_expressions"]))
         self.lib, self.log = lib, log
@@ -269,7 +270,7 @@ class FakeRawModule:
 
     def get_function(self, name):
         assert name in self.names, f"{name} is not a name expression of the module"
-        return FakeKernel(self.lib, _cupy.kernel_names().index(name), name, self.log)
+        return FakeKernel(self.lib, driver.kernel_names().index(name), name, self.log)
 
 
 class FakeCupy:

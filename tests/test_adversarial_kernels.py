@@ -1,7 +1,7 @@
 """Nothing silently wrong on the kernel paths (issue 25, round 3).
 
 * Outputs that overlap inputs other than ``x`` (the tables, the caches, the ids, the other
-  tensor of ``apply_rope_qk``) or each other: one rule (``_backends._memory``) for every path,
+  tensor of ``apply_rope_qk``) or each other: one rule (``_backends.memory``) for every path,
   each answer checked against the same call on memory of its own.
 * Bit-identical results at every ``ARRPOS_SIMD_LEVEL`` and thread count, for every kernel and
   storage type, on inputs whose results are subnormal, tiny, huge, infinite or NaN.
@@ -25,7 +25,8 @@ import pytest
 
 import arrpos
 from arrpos import _dispatch
-from arrpos._backends import _memory, _xp
+from arrpos._backends import _xp
+from arrpos._backends import memory as _memory
 
 _KERNELS = _dispatch.compiled_available()[0]
 needs_kernels = pytest.mark.skipif(not _KERNELS, reason="compiled kernels not built or disabled")
@@ -226,7 +227,7 @@ def test_apply_rope_qk_in_place_q_with_a_k_the_kernel_declines(lib):
 
 @pytest.fixture(params=["kernels", "generic"])
 def path(request, monkeypatch):
-    """The dispatcher with its adapters, or with none (the generic code): the rule holds for
+    """The dispatcher with its front-ends, or with none (the generic code): the rule holds for
     both."""
     if request.param == "kernels" and not _KERNELS:
         pytest.skip("compiled kernels not built or disabled")
@@ -300,7 +301,7 @@ def test_overlap_is_exact_and_reads_no_memory():
     assert _memory.overlap(t, t.to("meta")) == "none"
 
 
-# the CUDA adapters (tests/cuda_emulation.py: the kernels on the CPU, CPU tensors standing in
+# the CUDA front-ends (tests/cuda_emulation.py: the kernels on the CPU, CPU tensors standing in
 # for CUDA ones)
 
 
@@ -317,19 +318,19 @@ def emulator(tmp_path_factory):
 @pytest.fixture
 def cp(emulator, monkeypatch):
     import cuda_emulation
-    from arrpos._backends import _cupy
+    from arrpos._backends.cuda import driver
 
     fake = cuda_emulation.FakeCupy(emulator)
     for name in ("_MODULES", "_FUNCTIONS", "_SM_COUNT", "_FAILED"):  # compiled per fake device
-        monkeypatch.setattr(_cupy, name, {})
+        monkeypatch.setattr(driver, name, {})
     monkeypatch.setitem(sys.modules, "cupy", fake)
     return fake
 
 
-def test_cupy_adapter_through_the_dispatcher(cp, monkeypatch):
-    """The rule in front of the CuPy adapter: out over the tables, the swapped qk pair, an
-    out over the caches; the adapter itself declines such an out (it never writes it)."""
-    from arrpos._backends import _cupy
+def test_cupy_front_end_through_the_dispatcher(cp, monkeypatch):
+    """The rule in front of the CuPy front-end: out over the tables, the swapped qk pair, an
+    out over the caches; the driver itself declines such an out (it never writes it)."""
+    from arrpos._backends.cuda import cupy as _cupy
 
     monkeypatch.setattr(_dispatch, "candidates", lambda xp: (_cupy,))
     rng = np.random.default_rng(8)
@@ -370,7 +371,7 @@ def test_cupy_adapter_through_the_dispatcher(cp, monkeypatch):
 def test_cupy_qk_declines_before_writing(cp):
     """k's launch refused (leading axes the kernels do not index): q, in place, is untouched,
     so the generic code that then serves the call rotates it once."""
-    from arrpos._backends import _cupy
+    from arrpos._backends.cuda import cupy as _cupy
 
     rng = np.random.default_rng(9)
     q = cp.asfake(rng.standard_normal((4, 8)))
@@ -383,10 +384,10 @@ def test_cupy_qk_declines_before_writing(cp):
 
 
 def test_torch_cuda_bridge_overlap_and_fakes(cp, monkeypatch):
-    """The torch CUDA adapter (CPU tensors standing in): the swapped qk pair is exact through
+    """The torch CUDA front-end (CPU tensors standing in): the swapped qk pair is exact through
     the dispatcher; tensors without memory (meta, a subclass) are declined."""
     torch = pytest.importorskip("torch")
-    from arrpos._backends import _torch_cuda
+    from arrpos._backends.cuda import torch_cuda as _torch_cuda
 
     monkeypatch.setattr(_torch_cuda, "_on_torch_stream", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(_torch_cuda, "cupy_available", lambda: True)
@@ -418,7 +419,8 @@ def test_torch_cuda_bridge_overlap_and_fakes(cp, monkeypatch):
 _LEVEL_SCRIPT = textwrap.dedent(r'''
     import sys
     import numpy as np
-    from arrpos._backends import _cpu, _numpy
+    from arrpos._backends import _cpu
+    from arrpos._backends.host import driver
 
     F32, F64, F16, BF16 = _cpu.F32, _cpu.F64, _cpu.F16, _cpu.BF16
     rng = np.random.default_rng(7)
@@ -485,7 +487,7 @@ _LEVEL_SCRIPT = textwrap.dedent(r'''
         nf = 40
         hi = 10.0 ** rng.uniform(*((-46, -30) if freqs == "tiny" else (-4, 0)), nf)
         lo = np.zeros(nf)
-        rc, rs, pc, ps = _numpy._rotation_tables(hi.tobytes(), lo.tobytes())
+        rc, rs, pc, ps = driver.rotation_tables(hi.tobytes(), lo.tobytes())
         for code in (F32, F64, F16, BF16):
             for nth, chunk, stream in ((1, 1 << 20, False), (2, 256, False), (2, 256, True)):
                 for layout in (0, 1, 2):
@@ -730,7 +732,7 @@ def test_meta_and_subclass_tensors_take_the_generic_path(torch_setup):
     sub = arrpos.apply_rope(x.as_subclass(Sub), cos, cos)
     torch.testing.assert_close(torch.Tensor(sub), arrpos.apply_rope(x, cos, cos))
     if _dispatch.compiled_available(ignore_switch=True)[0]:
-        from arrpos._backends import _torch_cpu
+        from arrpos._backends.host import torch_cpu as _torch_cpu
 
         for odd in (x.to("meta"), x.as_subclass(Sub)):
             assert not _torch_cpu.supports("apply_rope", (odd, cos, cos, None))
@@ -809,7 +811,8 @@ def test_thread_pool_names():
     info = _dispatch.compiled_threads()
     assert set(info) == {"thread_pool", "threads"}
     if _dispatch.compiled_available(ignore_switch=True)[0]:
-        from arrpos._backends import _cpu, _numpy
+        from arrpos._backends import _cpu
+        from arrpos._backends.host import driver
 
-        assert not hasattr(_cpu, "have_openmp") and not hasattr(_numpy, "have_openmp")
-        assert info["thread_pool"] == _numpy.have_threads()
+        assert not hasattr(_cpu, "have_openmp") and not hasattr(driver, "have_openmp")
+        assert info["thread_pool"] == driver.have_threads()

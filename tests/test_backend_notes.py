@@ -1,9 +1,9 @@
 """Each public docstring's "Backend support" note agrees with the dispatch table: a function
-whose arithmetic goes through ``_dispatch.call(op, ...)`` (or ``route``/``run``) names every library whose adapter
-defines ``op``; a function that never dispatches claims no compiled path."""
+whose arithmetic goes through ``_dispatch.call(op, ...)`` (or ``plan``) names every library
+whose front-end's driver has ``op`` (the op table); a function that never dispatches claims no
+compiled path."""
 from __future__ import annotations
 
-import importlib
 import inspect
 import re
 
@@ -11,23 +11,17 @@ import pytest
 
 import arrpos
 from arrpos import _dispatch
+from arrpos._backends import ops
 
-# adapter module -> how a docstring names its library
-LIBRARY = {"_numpy": "NumPy", "_torch_cpu": "torch", "_torch_cuda": "CUDA", "_cupy": "CuPy",
-           "_dask": "Dask"}
+# front-end -> how a docstring names its library
+LIBRARY = {"host.numpy": "NumPy", "host.torch_cpu": "torch", "cuda.torch_cuda": "CUDA",
+           "cuda.cupy": "CuPy", "dask.graph": "Dask"}
 
 
-def _adapters_with(op):
-    found = []
-    for names in _dispatch.ADAPTERS.values():
-        for name in names:
-            try:
-                mod = importlib.import_module(f"arrpos._backends.{name}")
-            except ImportError:  # its library is not installed here
-                continue
-            if hasattr(mod, op):
-                found.append(name)
-    return found
+def _front_ends_with(op):
+    row = ops.OPS.get(op)
+    return [name for names in _dispatch.FRONT_ENDS.values() for name in names
+            if row is not None and name.split(".")[0] in row.dtypes]
 
 
 def _public_functions():
@@ -47,7 +41,7 @@ def _ops(fn):
         if inspect.isfunction(obj) and obj is not fn and (
                 helper.startswith("_") or obj.__module__ == module.__name__):
             src += inspect.getsource(obj)
-    return set(re.findall(r'_dispatch\.(?:call(?:_checked)?|route)\(\s*"(\w+)"', src)) | set(
+    return set(re.findall(r'_dispatch\.(?:call(?:_checked)?|route|plan)\(\s*"(\w+)"', src)) | set(
         re.findall(r'_dispatch\.run\(\s*[\w.]+,\s*"(\w+)"', src))
 
 
@@ -59,8 +53,8 @@ def _note(doc):
 @pytest.mark.parametrize("name, fn", list(_public_functions()))
 def test_backend_note_matches_dispatch_table(name, fn):
     note = _note(fn.__doc__)
-    ops = _ops(fn)
-    served = sorted({a for op in ops for a in _adapters_with(op)})
+    dispatched = _ops(fn)
+    served = sorted({a for op in dispatched for a in _front_ends_with(op)})
     if not served:
         assert not re.search(r"compiled|CUDA kernel|takes the kernel", note), (name, note)
         return

@@ -1,8 +1,9 @@
-"""The CUDA kernels and the CuPy adapter, run on the CPU without a GPU (tests/cuda_emulation.py).
+"""The CUDA kernels, their driver and front-ends, run on the CPU without a GPU
+(tests/cuda_emulation.py).
 
 The kernels' index arithmetic, layouts, strides, broadcasting, in-place and partial rotation,
-the 16-bit conversions and the adapter's argument marshalling are checked here against the
-generic ``_xp`` code and float64 references; tests/test_cupy.py repeats the comparisons on a
+the 16-bit conversions, the driver's argument marshalling and memory guards are checked here
+against the generic ``_xp`` code and float64 references; tests/test_cupy.py repeats the comparisons on a
 real GPU where there is one.
 """
 from __future__ import annotations
@@ -13,7 +14,9 @@ import array_api_compat.numpy as npx
 import numpy as np
 import pytest
 
-from arrpos._backends import _cupy, _xp
+from arrpos._backends import Unsupported, _xp
+from arrpos._backends.cuda import cupy as _cupy
+from arrpos._backends.cuda import driver
 from arrpos._exact import power_frequencies
 
 import cuda_emulation
@@ -29,10 +32,7 @@ def emulator(tmp_path_factory):
 
 
 def _clear_caches():
-    _cupy._MODULES.clear()
-    _cupy._FUNCTIONS.clear()
-    _cupy._SM_COUNT.clear()
-    _cupy._FAILED.clear()
+    driver.forget()
 
 
 @pytest.fixture
@@ -75,7 +75,8 @@ def test_sinusoid_table_matches_generic(cp, layout, dtype):
     assert got.shape == (2, 3, 14) and got.dtype == dtype
     np.testing.assert_allclose(np.asarray(got), ref, rtol=0, atol=2 * _ulps(dtype))
     assert not np.asarray(got)[..., 12:].any()  # padding columns are zero
-    assert cp.launches and cp.launches[-1][0] == f"arrpos::sinusoid_table<{_cupy._CXX_TYPES[np.dtype(dtype).name]}>"
+    cxx = driver.CXX_TYPES[np.dtype(dtype).name]
+    assert cp.launches and cp.launches[-1][0] == f"arrpos::sinusoid_table<{cxx}>"
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -89,8 +90,9 @@ def test_sinusoid_odd_interleaved_width_in_the_kernel(cp, dtype):
     ref = _xp.sinusoid_table(pos, hi, lo, layout="interleaved", dtype=dtype, width=10, xp=npx)
     assert got.shape == (3, 9) and len(cp.launches) == 1
     np.testing.assert_allclose(np.asarray(got), ref[:, :9], rtol=0, atol=2 * _ulps(dtype))
-    with pytest.raises(ValueError, match="width"):
+    with pytest.raises(Unsupported):  # rows too narrow for the split layout: nothing launched
         _cupy.sinusoid_table(cp.asfake(pos), hi, lo, layout="split", dtype=dtype, width=9, xp=cp)
+    assert len(cp.launches) == 1
 
 
 def test_sinusoid_accuracy_to_2_24(cp):
@@ -110,23 +112,32 @@ def test_sinusoid_accuracy_to_2_24(cp):
                 assert abs(got[r, dim // 2 + i] - float(mpmath.cos(ang))) < 1e-12
 
 
-def test_sinusoid_out_and_errors(cp):
+def test_sinusoid_out_and_guards(cp):
+    """The driver's guards refuse what its kernel cannot write safely (``Unsupported``,
+    nothing launched); the user-facing errors are the public layer's (tests/test_absolute.py)."""
     hi, lo = power_frequencies(4, 8, 100.0)
     pos = cp.asfake(np.arange(5))
     out = cp.empty((5, 8), dtype=np.float32)
     got = _cupy.sinusoid_table(pos, hi, lo, layout="split", dtype=np.float32, width=8, xp=cp,
                                out=out)
     assert got is out
-    with pytest.raises(ValueError, match="out"):
+    launches = len(cp.launches)
+    with pytest.raises(Unsupported):  # an output of another type
         _cupy.sinusoid_table(pos, hi, lo, layout="split", dtype=np.float32, width=8, xp=cp,
                              out=cp.empty((5, 8), dtype=np.float64))
-    with pytest.raises(TypeError, match="dtype"):
+    with pytest.raises(Unsupported):  # an output that is not C-contiguous
+        _cupy.sinusoid_table(pos, hi, lo, layout="split", dtype=np.float32, width=8, xp=cp,
+                             out=cp.empty((8, 5), dtype=np.float32).T)
+    with pytest.raises(Unsupported):  # no float16 table kernel
         _cupy.sinusoid_table(pos, hi, lo, layout="split", dtype=np.float16, width=8, xp=cp)
-    with pytest.raises(ValueError, match="layout"):
+    with pytest.raises(Unsupported):
         _cupy.sinusoid_table(pos, hi, lo, layout="diagonal", dtype=np.float32, width=8, xp=cp)
-    with pytest.raises(TypeError, match="positions"):
+    with pytest.raises(Unsupported):  # host memory is not the device's
         _cupy.sinusoid_table(np.arange(5), hi, lo, layout="split", dtype=np.float32, width=8,
                              xp=cp)
+    assert len(cp.launches) == launches
+    assert not _cupy.supports("sinusoid_table", (pos,), dtype=np.float16, layout="split")
+    assert not _cupy.supports("sinusoid_table", (np.arange(5),), dtype=np.float32)
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
@@ -231,7 +242,7 @@ def test_apply_rope_bfloat16_storage(cp):
     cv, sv = (_bf16_value(_bf16_bits(t)) for t in _tables(rng, 3, 8))
     x, c, s = (cp.asfake(_bf16_bits(t)) for t in (xv, cv[:, None], sv[:, None]))
     out = cp.empty(x.shape, np.int16)
-    _cupy._apply_rope(x, c, s, layout="interleaved", inverse=False, out=out, storage="bfloat16")
+    driver.apply_rope(x, c, s, out, "interleaved", False, "bfloat16")
     got = _bf16_value(np.asarray(out))
     exact = rope_apply_loop(xv, cv[:, None], sv[:, None], "interleaved", False)
     assert np.all(np.abs(got - exact) <= np.abs(exact) * 2**-8 * 1.01 + 1e-30)
@@ -273,7 +284,7 @@ def test_apply_rope_many_axes_takes_generic(cp, monkeypatch):
     x = cp.asfake(rng.standard_normal((2, 3, 2, 3, 2, 4)))
     cos = cp.asfake(rng.standard_normal((2, 1, 2, 1, 2, 4)))  # alternating broadcast: 5 axes
     sin = cp.asfake(rng.standard_normal((2, 1, 2, 1, 2, 4)))
-    with pytest.raises(_cupy.Unsupported, match="at most 4"):
+    with pytest.raises(Unsupported, match="at most 4"):
         _cupy.apply_rope(x, cos, sin, layout="half", inverse=False, xp=npx)
     got = _through_dispatch(monkeypatch, "apply_rope", x, cos, sin, arrays=(x, cos, sin, None),
                             layout="half", inverse=False, out=None)
@@ -282,24 +293,33 @@ def test_apply_rope_many_axes_takes_generic(cp, monkeypatch):
     assert not cp.launches
 
 
-def test_apply_rope_errors(cp):
+def test_apply_rope_guards(cp):
+    """What would read or write outside the call's memory is refused (``Unsupported``),
+    nothing launched: the generic code then serves the call, and the public layer, which runs
+    first, names the argument to the user (tests/test_rope.py)."""
     x = cp.asfake(np.zeros((2, 8), np.float32))
     c = cp.asfake(np.zeros((2, 8), np.float32))
-    with pytest.raises(TypeError, match="cos and sin"):
+    with pytest.raises(Unsupported):  # tables of another type than x
         _cupy.apply_rope(x, cp.asfake(np.zeros((2, 8))), c, layout="half", inverse=False, xp=cp)
-    with pytest.raises(ValueError, match="rotary width"):
+    with pytest.raises(Unsupported):  # an odd rotary width
         _cupy.apply_rope(x, cp.asfake(np.zeros((2, 3), np.float32)),
                          cp.asfake(np.zeros((2, 3), np.float32)), layout="half", inverse=False,
                          xp=cp)
-    with pytest.raises(ValueError, match="out"):
+    with pytest.raises(Unsupported):  # an output of another shape
         _cupy.apply_rope(x, c, c, layout="half", inverse=False, xp=cp,
                          out=cp.empty((2, 4), np.float32))
-    with pytest.raises(ValueError, match="broadcast"):
+    with pytest.raises(Unsupported):  # an expanded output
+        _cupy.apply_rope(x, c, c, layout="half", inverse=False, xp=cp,
+                         out=cp.asfake(np.broadcast_to(np.zeros(8, np.float32), (2, 8))))
+    with pytest.raises(Unsupported):  # tables that do not broadcast
         _cupy.apply_rope(x, cp.asfake(np.zeros((3, 8), np.float32)),
                          cp.asfake(np.zeros((3, 8), np.float32)), layout="half", inverse=False,
                          xp=cp)
-    with pytest.raises(ValueError, match="layout"):
+    with pytest.raises(Unsupported):
         _cupy.apply_rope(x, c, c, layout="neox", inverse=False, xp=cp)
+    with pytest.raises(Unsupported):  # integer data
+        _cupy.apply_rope(cp.asfake(np.zeros((2, 8), np.int32)), c, c, layout="half",
+                         inverse=False, xp=cp)
     assert not cp.launches
 
 
@@ -326,8 +346,7 @@ def test_alibi_default_offset_and_bf16(cp):
                            dtype=np.float64, xp=cp)
     np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-15)
     out = cp.empty((2, 4, 9), np.int16)
-    _cupy._alibi_into(cp.asfake(slopes), 4, 9, mode="symmetric", query_offset=5, out=out,
-                      storage="bfloat16")
+    driver.alibi_bias(cp.asfake(slopes), 4, 9, out, "symmetric", 5, "bfloat16")
     exact = _xp.alibi_bias(slopes, 4, 9, mode="symmetric", query_offset=5, dtype=np.float64,
                            xp=npx)
     np.testing.assert_array_equal(np.asarray(out), _bf16_bits(exact.astype(np.float32)))
@@ -351,7 +370,7 @@ def bridge(cp, monkeypatch):
     import contextlib
 
     torch = pytest.importorskip("torch")
-    from arrpos._backends import _torch_cuda
+    from arrpos._backends.cuda import torch_cuda as _torch_cuda
 
     monkeypatch.setattr(_torch_cuda, "_on_torch_stream", lambda device: contextlib.nullcontext())
     return torch, _torch_cuda
@@ -462,8 +481,7 @@ def _caches(rng, max_pos, half, dtype, cp):
 
 def _call_cached(cp, x, cc, sc, ids, dtype, *, layout, inverse, out=None):
     if dtype == "bfloat16":  # torch's route: int16 bits, storage named
-        return _cupy._apply_rope_cached(x, cc, sc, ids, layout=layout, inverse=inverse,
-                                        out=out, storage="bfloat16")
+        return driver.apply_rope_cached(x, cc, sc, ids, out, layout, inverse, "bfloat16")
     return _cupy.apply_rope_cached(x, cc, sc, ids, layout=layout, inverse=inverse, xp=cp,
                                    out=out)
 
@@ -486,7 +504,7 @@ def test_apply_rope_cached_matches_twin(cp, dtype, layout, inverse):
     assert got.shape == x.dev.shape and got.dtype == x.dev.dtype
     _assert_rounded_once(_read(got, dtype), exact, dtype, 3.0)
     np.testing.assert_array_equal(np.asarray(got)[..., 8:], np.asarray(x.dev)[..., 8:])
-    assert cp.launches[-1][0] == _cupy.kernel_name("apply_rope_cached", dtype, "int")
+    assert cp.launches[-1][0] == driver.kernel_name("apply_rope_cached", dtype, "int")
 
 
 @pytest.mark.parametrize("dtype", _DTYPES)
@@ -527,21 +545,23 @@ def test_apply_rope_cached_equals_apply_rope_on_widened_tables(cp):
         np.testing.assert_array_equal(np.asarray(cached), np.asarray(direct))
 
 
-def test_apply_rope_cached_errors(cp):
+def test_apply_rope_cached_guards(cp):
+    """As :func:`test_apply_rope_guards`, for the gather: float ids, caches wider than x, ids
+    that do not broadcast to x's rows, caches of another type are refused unlaunched."""
     x = cp.asfake(np.zeros((2, 3, 8), np.float32))
     c = cp.asfake(np.zeros((10, 4), np.float32))
     ids = cp.asfake(np.zeros((2, 3), np.int64))
-    with pytest.raises(TypeError, match="position_ids"):
+    with pytest.raises(Unsupported):
         _cupy.apply_rope_cached(x, c, c, cp.asfake(np.zeros((2, 3))), layout="half",
                                 inverse=False, xp=cp)
-    with pytest.raises(ValueError, match="wider"):
+    with pytest.raises(Unsupported):
         _cupy.apply_rope_cached(x, cp.asfake(np.zeros((10, 5), np.float32)),
                                 cp.asfake(np.zeros((10, 5), np.float32)), ids, layout="half",
                                 inverse=False, xp=cp)
-    with pytest.raises(ValueError, match="broadcast"):
+    with pytest.raises(Unsupported):
         _cupy.apply_rope_cached(x, c, c, cp.asfake(np.zeros((4, 3), np.int64)), layout="half",
                                 inverse=False, xp=cp)
-    with pytest.raises(TypeError, match="cos_cache and sin_cache"):
+    with pytest.raises(Unsupported):
         _cupy.apply_rope_cached(x, cp.asfake(np.zeros((10, 4))), c, ids, layout="half",
                                 inverse=False, xp=cp)
     assert not cp.launches
@@ -575,8 +595,7 @@ def test_apply_rope_qk_matches_twin(cp, dtype, layout, in_place):
                        inverse=False)
     out = (q.dev, k.dev) if in_place else None
     if dtype == "bfloat16":
-        got = tuple(_cupy._apply_rope(t, cos.dev, sin.dev, layout=layout, inverse=False,
-                                      out=o, storage="bfloat16")
+        got = tuple(driver.apply_rope(t, cos.dev, sin.dev, o, layout, False, "bfloat16")
                     for t, o in zip((q.dev, k.dev), out or (None, None)))
     else:
         got = _cupy.apply_rope_qk(q.dev, k.dev, cos.dev, sin.dev, layout=layout,
@@ -622,7 +641,7 @@ def test_compile_failure_warns_once_and_declines(cp, monkeypatch):
                                 layout="half", inverse=False, out=None)
     np.testing.assert_allclose(np.asarray(got), rope_apply_loop(x, cos, sin, "half", False),
                                atol=1e-15)
-    assert "DynamicLibNotFoundError" in _cupy.module_failure(0)
+    assert "DynamicLibNotFoundError" in driver.module_failure(0)
     assert not _cupy.supports("apply_rope", arrays)
     import warnings
 
@@ -630,7 +649,7 @@ def test_compile_failure_warns_once_and_declines(cp, monkeypatch):
         warnings.simplefilter("error")  # no second warning
         again = _through_dispatch(monkeypatch, "apply_rope", x, cos, sin, arrays=arrays,
                                   layout="half", inverse=False, out=None)
-        with pytest.raises(_cupy.Unsupported):  # called directly: declined, not retried
+        with pytest.raises(Unsupported):  # called directly: declined, not retried
             _cupy.apply_rope(x, cos, sin, layout="half", inverse=False, xp=cp)
     np.testing.assert_array_equal(np.asarray(again), np.asarray(got))
     assert cp.modules_built == 1 and not cp.launches
@@ -679,7 +698,7 @@ def test_bfloat16_subnormals_are_kept(cp):
     x = cp.asfake(_bf16_bits(np.tile(tiny, (2, 1))))
     one, zero = (cp.asfake(_bf16_bits(np.full((2, 4), v, np.float32))) for v in (1.0, 0.0))
     out = cp.empty(x.shape, np.int16)
-    _cupy._apply_rope(x, one, zero, layout="half", inverse=False, out=out, storage="bfloat16")
+    driver.apply_rope(x, one, zero, out, "half", False, "bfloat16")
     np.testing.assert_array_equal(np.asarray(out), np.asarray(x))
     assert (_bf16_value(np.asarray(out)) != 0).all()
 
@@ -700,7 +719,7 @@ def test_wide_short_rows_split_across_blocks(cp):
 def test_launch_shape_covers_every_item_once():
     for rows, items, sms in [(1, 32768, 132), (32, 32768, 132), (10**6, 64, 132), (3, 5, 2),
                              (1, 1, 1), (7, 10**6, 8)]:
-        (gx, gy), (bx, by), chunk = _cupy.launch_shape(rows, items, sms)
+        (gx, gy), (bx, by), chunk = driver.launch_shape(rows, items, sms)
         assert bx * by <= 256 and chunk % bx == 0 and gy <= 65535
         assert (gy - 1) * chunk < items <= gy * chunk  # chunks tile the row, none empty
         assert gx * by >= min(rows, 32 * sms * by)
@@ -719,10 +738,10 @@ def test_64_bit_offset_instantiation(cp, monkeypatch, op):
     else:
         args = (x, cc, sc, ids)
     narrow = getattr(_cupy, op)(*args, layout="interleaved", inverse=False, xp=cp)
-    monkeypatch.setattr(_cupy, "_INT_OFFSETS_BELOW", 0)
+    monkeypatch.setattr(driver, "INT_OFFSETS_BELOW", 0)
     wide = getattr(_cupy, op)(*args, layout="interleaved", inverse=False, xp=cp)
-    assert [n for n, _, _ in cp.launches] == [_cupy.kernel_name(op, "float32", "int"),
-                                              _cupy.kernel_name(op, "float32", "long long")]
+    assert [n for n, _, _ in cp.launches] == [driver.kernel_name(op, "float32", "int"),
+                                              driver.kernel_name(op, "float32", "long long")]
     np.testing.assert_array_equal(np.asarray(wide), np.asarray(narrow))
 
 
@@ -765,7 +784,7 @@ def test_torch_bridge_declines_after_a_compile_failure(bridge, cp, monkeypatch):
     assert tc.supports("apply_rope", arrays)
     assert tc.supports("apply_rope_qk", (x, x, x, x, None, None))
     assert not tc.supports("apply_rope_qk", (x, x.double(), x, x, None, None))
-    _cupy._FAILED[x.device.index] = "CompileException: simulated"
+    driver._FAILED[x.device.index] = "CompileException: simulated"
     assert not tc.supports("apply_rope", arrays)
 
 
@@ -777,7 +796,7 @@ def test_torch_bridge_declines_after_a_compile_failure(bridge, cp, monkeypatch):
 def test_new_ops_have_the_generic_signatures(op, signature):
     import inspect
 
-    from arrpos._backends import _torch_cuda
+    from arrpos._backends.cuda import torch_cuda as _torch_cuda
 
     for mod in (_cupy, _torch_cuda):
         assert str(inspect.signature(getattr(mod, op))) == signature
@@ -798,20 +817,20 @@ def test_vector_path_gives_the_scalar_bits(cp, monkeypatch, dtype, layout):
 
     def run(out=None, inverse=False):
         if dtype == "bfloat16":
-            return _cupy._apply_rope(x.dev, cos.dev, sin.dev, layout=layout, inverse=inverse,
-                                     out=out, storage="bfloat16")
+            return driver.apply_rope(x.dev, cos.dev, sin.dev, out, layout, inverse,
+                                     "bfloat16")
         return _cupy.apply_rope(x.dev, cos.dev, sin.dev, layout=layout, inverse=inverse,
                                 xp=cp, out=out)
 
     fast = np.asarray(run()).copy()
     assert cuda_emulation.FakeKernel.last_args[-2] == 1  # vec
     back = np.asarray(run(inverse=True)).copy()
-    monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", False)
+    monkeypatch.setattr(driver, "VECTOR_PAIRS", False)
     slow = np.asarray(run()).copy()
     assert cuda_emulation.FakeKernel.last_args[-2] == 0
     np.testing.assert_array_equal(fast, slow)
     np.testing.assert_array_equal(back, np.asarray(run(inverse=True)))
-    monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", True)
+    monkeypatch.setattr(driver, "VECTOR_PAIRS", True)
     run(out=x.dev)  # in place, vector path
     np.testing.assert_array_equal(np.asarray(x.dev), slow)
     exact = rope_apply_loop(x.value, cos.value, sin.value, layout, False)
@@ -840,8 +859,7 @@ def test_bfloat16_rounding_bound_is_2_pow_minus_8(cp):
     ang = np.concatenate([ang, ang], -1)
     cos, sin = _Stored(cp, np.cos(ang), "bfloat16"), _Stored(cp, np.sin(ang), "bfloat16")
     out = cp.empty(x.dev.shape, np.int16)
-    _cupy._apply_rope(x.dev, cos.dev, sin.dev, layout="half", inverse=False, out=out,
-                      storage="bfloat16")
+    driver.apply_rope(x.dev, cos.dev, sin.dev, out, "half", False, "bfloat16")
     got = _read(out, "bfloat16")
     exact = rope_apply_loop(x.value, cos.value, sin.value, "half", False)
     rel = np.abs(got - exact) / np.abs(exact)
@@ -865,11 +883,11 @@ def test_cached_vector_path_gives_the_scalar_bits(cp, monkeypatch, dtype, layout
 
     fast, back = run(), run(inverse=True)
     assert cuda_emulation.FakeKernel.last_args[-2] == 1  # vec
-    monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", False)
+    monkeypatch.setattr(driver, "VECTOR_PAIRS", False)
     np.testing.assert_array_equal(fast, run())
     assert cuda_emulation.FakeKernel.last_args[-2] == 0
     np.testing.assert_array_equal(back, run(inverse=True))
-    monkeypatch.setattr(_cupy, "_VECTOR_PAIRS", True)
+    monkeypatch.setattr(driver, "VECTOR_PAIRS", True)
     run(out=x.dev)
     np.testing.assert_array_equal(np.asarray(x.dev), fast)
     exact = _expected("apply_rope_cached", x.value, cc.value, sc.value, np.asarray(ids),

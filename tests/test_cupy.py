@@ -14,7 +14,9 @@ import pytest
 
 import arrpos
 from arrpos import _dispatch
-from arrpos._backends import _cupy, _xp
+from arrpos._backends import Unsupported, _xp, ops
+from arrpos._backends.cuda import cupy as _cupy
+from arrpos._backends.cuda import driver
 from conftest import get_backend
 from reference import rope_apply_loop
 
@@ -23,38 +25,44 @@ from reference import rope_apply_loop
 
 
 def test_cuda_source_is_shipped():
-    res = importlib.resources.files("arrpos._backends").joinpath("kernels.cu")
+    res = importlib.resources.files("arrpos._backends.cuda").joinpath("kernels.cu")
     assert res.is_file()
-    assert res.read_text() == _cupy.cuda_source()
+    assert res.read_text() == driver.cuda_source()
     import pathlib
 
     pyproject = pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml"
     if pyproject.exists():  # a source checkout: the .cu is declared as package data
         m = re.search(r"\[tool\.setuptools\.package-data\]\s*arrpos\s*=\s*\[([^\]]*)\]",
                       pyproject.read_text())
-        assert m and '"_backends/*.cu"' in m.group(1)
+        assert m and '"_backends/cuda/*.cu"' in m.group(1)
 
 
 def test_name_list_covers_every_kernel_template():
-    src = _cupy.cuda_source()
-    kernels = set(re.findall(r"template\s*<typename T(?:,\s*typename I)?>\s*__global__\s+void\s+"
-                             r"(?:__launch_bounds__\(\d+\)\s+)?(\w+)\s*\(", src))
-    assert kernels == set(_cupy.KERNEL_DTYPES)
-    names = _cupy.kernel_names()
+    """The instantiation list is the op table's: every template of kernels.cu is the kernel of
+    an op with CUDA dtypes, instantiated for each of them (and each offset type where its
+    template takes one), and nothing else."""
+    src = driver.cuda_source()
+    templates = {name: bool(index) for index, name in re.findall(
+        r"template\s*<typename T(,\s*typename I)?>\s*__global__\s+void\s+"
+        r"(?:__launch_bounds__\(\d+\)\s+)?(\w+)\s*\(", src)}
+    kernels = ops.cuda_kernels()
+    assert set(templates) == set(kernels)
+    assert {k: offsets for k, (_, offsets) in kernels.items()} == templates
+    names = driver.kernel_names()
     assert len(names) == len(set(names))
-    for k, dtypes in _cupy.KERNEL_DTYPES.items():
-        for d in dtypes:
-            for index in _cupy._INDEXED.get(k, (None,)):
-                assert _cupy.kernel_name(k, d, index) in names
+    want = [driver.kernel_name(op.kernel, d, index) for op in ops.OPS.values()
+            if op.kernel and op.dtypes.get("cuda") for d in op.dtypes["cuda"]
+            for index in (("int", "long long") if op.offsets else (None,))]
+    assert sorted(set(want)) == sorted(names)
     code = re.sub(r"//[^\n]*", "", src)  # comments may name what the code must not do
     assert not re.search(r'extern\s+"C"', code)
     assert not re.search(r"^\s*#\s*include", code, flags=re.M)  # NVRTC has no host headers
-    inst = _cupy.instantiation_source()
+    inst = driver.instantiation_source()
     assert all(f"&{n}," in inst for n in names)
 
 
 def test_angle_constants_match_generic_code():
-    src = _cupy.cuda_source()
+    src = driver.cuda_source()
     for name, value in [("C1", _xp._C1), ("C2", _xp._C2), ("C3", _xp._C3), ("C4", _xp._C4),
                         ("INV_2PI", _xp._INV_2PI)]:
         m = re.search(rf"#define ARRPOS_{name} (\S+)", src)
@@ -64,22 +72,22 @@ def test_angle_constants_match_generic_code():
 def test_parameter_structures_match_the_source():
     """The by-value structures: block size and field order as kernels.cu declares them (the
     emulator also checks their sizes against the compiled C++)."""
-    src = _cupy.cuda_source()
+    src = driver.cuda_source()
     m = re.search(r"#define ARRPOS_FREQ_BLOCK (\d+)", src)
-    assert m and int(m.group(1)) == _cupy.FREQ_BLOCK
+    assert m and int(m.group(1)) == driver.FREQ_BLOCK
     assert re.search(r"struct freq_block \{\s*double hi\[ARRPOS_FREQ_BLOCK\];\s*"
                      r"double lo\[ARRPOS_FREQ_BLOCK\];\s*\};", src)
-    assert _cupy._FREQ_DTYPE.names == ("hi", "lo") and _cupy._FREQ_DTYPE.itemsize == 16 * 192
+    assert driver.FREQ_DTYPE.names == ("hi", "lo") and driver.FREQ_DTYPE.itemsize == 16 * 192
     fields = re.search(r"struct strides4 \{[^\n]*\n\s*long long ([^;]*);", src).group(1)
-    assert tuple(f.strip() for f in fields.split(",")) == _cupy._STRIDES_FIELDS
+    assert tuple(f.strip() for f in fields.split(",")) == driver.STRIDES_FIELDS
     # the largest parameter list stays within the 4 KiB every driver accepts
-    assert _cupy._FREQ_DTYPE.itemsize + 128 <= 4096
+    assert driver.FREQ_DTYPE.itemsize + 128 <= 4096
 
 
 def test_exact_split_is_not_left_to_the_compiler():
     """The angle split uses explicit round-to-nearest intrinsics: no compiler may contract
     p * w_hi into the reduction (finding 5 of the review)."""
-    src = _cupy.cuda_source()
+    src = driver.cuda_source()
     body = src[src.index("void exact_sincos("):]
     body = body[:body.index("\n}\n")]
     code = re.sub(r"//[^\n]*", "", body.split("{", 1)[1])
@@ -92,20 +100,21 @@ def test_import_needs_no_cupy():
     import subprocess
     import sys
 
-    code = ("import sys, arrpos._backends._cupy as m, arrpos._backends._torch_cuda;"
+    code = ("import sys, arrpos._backends.cuda.driver as m, arrpos._backends.cuda.cupy, "
+            "arrpos._backends.cuda.torch_cuda;"
             "m.kernel_names(); print('cupy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("value, expected", [("1", "None"), ("0", "arrpos._backends._cupy")])
+@pytest.mark.parametrize("value, expected", [("1", "None"), ("0", "arrpos._backends.cuda.cupy")])
 def test_env_var_disables_gpu_path(value, expected):
     import os
     import subprocess
     import sys
 
-    code = ("import arrpos._dispatch as d; m = d.adapter('_cupy');"
+    code = ("import arrpos._dispatch as d; m = d.front_end('cuda.cupy');"
             "print(m.__name__ if m else None)")
     env = dict(os.environ, ARRPOS_NO_EXTENSIONS=value)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -140,7 +149,7 @@ def test_sinusoidal_kernel_matches_generic(cpb, layout, dtype):
     dt = getattr(cp, dtype)
     got = arrpos.sinusoidal(pos, 64, layout=layout, dtype=dt)
     assert isinstance(got, cp.ndarray) and got.dtype == dt and got.shape == (2, 3, 64)
-    assert _impl("sinusoid_table", xp, dt, pos) == ("_xp" if _no_ext() else "_cupy")
+    assert _impl("sinusoid_table", xp, dt, pos) == ("_xp" if _no_ext() else "cupy")
     from arrpos._exact import power_frequencies
 
     hi, lo = power_frequencies(32, 64, 10000.0)
@@ -168,7 +177,7 @@ def test_rope_cos_sin_kernel_matches_generic(cpb, layout, dtype):
     inv, _ = arrpos.rope_frequencies(128, xp=cp)
     pos = cp.arange(5000)
     dt = getattr(cp, dtype)
-    assert _impl("rope_cos_sin", xp, dt, pos, inv) == ("_xp" if _no_ext() else "_cupy")
+    assert _impl("rope_cos_sin", xp, dt, pos, inv) == ("_xp" if _no_ext() else "cupy")
     cos, sin = arrpos.rope_cos_sin(pos, inv, layout=layout, attention_factor=1.1, dtype=dt)
     rc, rs = _xp.rope_cos_sin(pos, inv, layout=layout, attention_factor=1.1, axes=None,
                               dtype=dt, xp=xp)
@@ -207,7 +216,7 @@ def test_apply_rope_kernel_matches_generic(cpb, layout, inverse, rotary):
     x = _rand(cp, (2, 33, 4, 128), cp.float32)
     cos, sin = _tables(cp, 33, rotary, cp.float32, layout)
     c, s = cos[:, None, :], sin[:, None, :]  # broadcast over heads: zero strides, no copy
-    assert _impl("apply_rope", xp, x.dtype, x, c, s) == ("_xp" if _no_ext() else "_cupy")
+    assert _impl("apply_rope", xp, x.dtype, x, c, s) == ("_xp" if _no_ext() else "cupy")
     got = arrpos.apply_rope(x, c, s, layout=layout, inverse=inverse)
     ref = _xp.apply_rope(x, c, s, layout=layout, inverse=inverse, xp=xp)
     assert got.shape == x.shape and got.dtype == x.dtype
@@ -258,7 +267,7 @@ def test_apply_rope_errors_on_gpu(cpb):
         arrpos.apply_rope(x, cos, sin, out=cp.empty((4, 6), cp.float32))
     with pytest.raises(ValueError, match="cos"):
         arrpos.apply_rope(x, cos[:3], sin[:3])
-    with pytest.raises(TypeError, match="x.dtype|cos and sin"):
+    with pytest.raises(Unsupported):  # the driver's guard (no integer kernel)
         _cupy.apply_rope(x.astype(cp.int32), cos, sin, layout="half", inverse=False, xp=None)
 
 
@@ -267,7 +276,7 @@ def test_apply_rope_errors_on_gpu(cpb):
 def test_alibi_kernel_matches_generic(cpb, mode, dtype):
     cp, xp = cpb.module, cpb.xp
     slopes = arrpos.alibi_slopes(12, xp=cp, dtype=getattr(cp, dtype))
-    assert _impl("alibi_bias", xp, slopes.dtype, slopes) == ("_xp" if _no_ext() else "_cupy")
+    assert _impl("alibi_bias", xp, slopes.dtype, slopes) == ("_xp" if _no_ext() else "cupy")
     got = arrpos.alibi_bias(slopes, 17, 300, mode=mode)
     exact = _xp.alibi_bias(slopes.astype(cp.float64), 17, 300, mode=mode, query_offset=283,
                            dtype=cp.float64, xp=xp)
@@ -314,7 +323,7 @@ def test_torch_cuda_takes_kernels_zero_copy(torch_cuda, dtype):
     inv, _ = arrpos.rope_frequencies(64, xp=torch, device=x.device)
     cos, sin = arrpos.rope_cos_sin(torch.arange(50, device="cuda"), inv, dtype=dt)
     c, s = cos[:, None], sin[:, None]
-    expected = "_xp" if _no_ext() else "_torch_cuda"
+    expected = "_xp" if _no_ext() else "torch_cuda"
     assert _impl("apply_rope", txp, dt, x, c, s) == expected
     exact = _xp.apply_rope(x.double(), c.double(), s.double(), layout="half", inverse=False,
                            xp=txp)
@@ -443,7 +452,7 @@ def test_cupy_graph_capture(cpb):
 
 def test_torch_cuda_graph_capture(torch_cuda):
     torch = torch_cuda
-    from arrpos._backends import _torch_cuda
+    from arrpos._backends.cuda import torch_cuda as _torch_cuda
 
     x = torch.randn(4, 64, 8, 64, device="cuda")
     inv, _ = arrpos.rope_frequencies(64, xp=torch, device=x.device)
@@ -474,9 +483,9 @@ def test_compile_failure_falls_back_on_gpu(cpb, monkeypatch):
     def broken(**kwargs):
         raise RuntimeError("simulated NVRTC failure")
 
-    monkeypatch.setattr(_cupy, "_MODULES", {})
-    monkeypatch.setattr(_cupy, "_FUNCTIONS", {})
-    monkeypatch.setattr(_cupy, "_FAILED", {})
+    monkeypatch.setattr(driver, "_MODULES", {})
+    monkeypatch.setattr(driver, "_FUNCTIONS", {})
+    monkeypatch.setattr(driver, "_FAILED", {})
     monkeypatch.setattr(cp, "RawModule", broken)
     x = _rand(cp, (5, 2, 8), cp.float32)
     cos, sin = _tables(cp, 5, 8, cp.float32)

@@ -75,14 +75,14 @@ def _chosen(op, arrays, **kwargs):
     return _dispatch.choose(op, xp, arrays, **kwargs).__name__.rsplit(".", 1)[-1]
 
 
-def test_numpy_chunked_dask_takes_the_dask_adapter():
+def test_numpy_chunked_dask_takes_the_dask_front_end():
     pos = da.arange(10, chunks=4)
     x = da.ones((2, 10, 3, 8), chunks=(1, 5, 3, 8))
     c = da.ones((10, 1, 8), chunks=(5, 1, 8))
-    # also under ARRPOS_NO_EXTENSIONS: the adapter compiles nothing, its tasks then run _xp
-    assert _chosen("sinusoid_table", (pos,), dtype=np.float64) == "_dask"
-    assert _chosen("apply_rope", (x, c, c, None), layout="half") == "_dask"
-    assert _chosen("apply_rope", (x, c, c, x), layout="half") == "_dask"
+    # also under ARRPOS_NO_EXTENSIONS: the graphs compile nothing, their tasks then run _xp
+    assert _chosen("sinusoid_table", (pos,), dtype=np.float64) == "graph"
+    assert _chosen("apply_rope", (x, c, c, None), layout="half") == "graph"
+    assert _chosen("apply_rope", (x, c, c, x), layout="half") == "graph"
 
 
 def test_unknown_chunk_sizes():
@@ -90,8 +90,8 @@ def test_unknown_chunk_sizes():
     chunk; arrays that must be aligned to others need known sizes (the generic path)."""
     pos = da.arange(10, chunks=4)
     pos = pos[pos > 3]
-    assert _chosen("sinusoid_table", (pos,), dtype=np.float64) == "_dask"
-    assert _chosen("rope_cos_sin", (pos, da.ones(2)), dtype=np.float64, axes=None) == "_dask"
+    assert _chosen("sinusoid_table", (pos,), dtype=np.float64) == "graph"
+    assert _chosen("rope_cos_sin", (pos, da.ones(2)), dtype=np.float64, axes=None) == "graph"
     x = da.ones((2, 10, 8), chunks=(1, 4, 8))
     x = x[:, x[0, :, 0] > 0]
     assert _chosen("apply_rope", (x, da.ones((8,)), da.ones((8,)), None)) == "_xp"
@@ -104,7 +104,7 @@ def test_unknown_chunk_sizes():
 
 
 def test_dask_with_numpy_mixed_in_is_not_served():
-    from arrpos._backends import _dask
+    from arrpos._backends.dask import graph as _dask
 
     assert not _dask.supports("apply_rope", (da.ones((4, 8)), np.ones((4, 8)),
                                              np.ones((4, 8)), None))
@@ -233,9 +233,9 @@ def test_out_rebinds_the_dask_array_lazily():
 
 
 def test_table_ops_fill_an_out_pair_too():
-    """The adapter's table twins honour ``out`` like ``_xp``'s (the public table functions pass
+    """The Dask table twins honour ``out`` like ``_xp``'s (the public table functions pass
     none today): the given Dask arrays come to hold the tables."""
-    from arrpos._backends import _dask
+    from arrpos._backends.dask import graph as _dask
     import array_api_compat.dask.array as dxp
 
     hi, lo = np.array([1.0, 0.01]), np.zeros(2)
@@ -432,9 +432,9 @@ def test_kernels_in_a_dask_task_run_on_one_thread(monkeypatch):
     assert not one_thread_wanted()
     with one_thread_per_call():
         assert one_thread_wanted()
-        mod = _dispatch.adapter("_numpy")
-        if mod is not None:
-            assert mod.thread_count(1 << 24) == 1
+        host = _dispatch.driver("host")
+        if host is not None:
+            assert host.thread_count(1 << 24) == 1
     assert not one_thread_wanted()
     seen = []
     real = _dispatch.call
@@ -478,7 +478,7 @@ def _canvas_cases():
 
 def _whole_canvas(result) -> bool:
     """Whether ``result`` is a canvas handed out whole (the join was skipped)."""
-    from arrpos._backends._dask_canvas import Canvas
+    from arrpos._backends.dask.canvas import Canvas
 
     return isinstance(getattr(result.base, "base", None), Canvas)
 
@@ -561,7 +561,7 @@ def test_chunks_handed_out_as_delayed_are_never_in_the_whole_result():
 
 
 def test_canvas_only_where_each_chunk_is_one_contiguous_region():
-    from arrpos._backends import _dask_canvas
+    from arrpos._backends.dask import canvas as _dask_canvas
 
     assert _dask_canvas.fits(((300, 300, 100), (48,)))
     assert _dask_canvas.fits(((1, 1), (300, 200), (3,), (32,)))
@@ -590,7 +590,7 @@ def test_in_process_cluster_results_are_independent():
     pytest.importorskip("distributed")
     from dask.distributed import Client, LocalCluster, futures_of
 
-    from arrpos._backends import _dask_canvas
+    from arrpos._backends.dask import canvas as _dask_canvas
 
     (_, t, rt), _, _, (_, y, ry) = _canvas_cases()
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
@@ -612,7 +612,8 @@ def test_in_process_cluster_results_are_independent():
 def test_sin_chunks_are_computed_where_their_cos_task_did_not_write():
     """A sin chunk is the one its cos task kept in the same process, else (another worker
     process) it is computed there: never an unwritten region."""
-    from arrpos._backends import _dask, _dask_canvas
+    from arrpos._backends.dask import canvas as _dask_canvas
+    from arrpos._backends.dask import graph as _dask
 
     inv, _ = arrpos.rope_frequencies(16)
     ref = arrpos.rope_cos_sin(np.arange(200), inv, dtype=np.float32)[1]
@@ -630,7 +631,7 @@ def test_sin_chunks_are_computed_where_their_cos_task_did_not_write():
 def test_canvases_off_on_workers_and_for_outputs_too_large(monkeypatch):
     """Where a canvas is off (dask.distributed workers, outputs above the cap) each chunk is
     allocated on its own, as without canvases, and compute() joins them."""
-    from arrpos._backends import _dask_canvas
+    from arrpos._backends.dask import canvas as _dask_canvas
 
     monkeypatch.setattr(_dask_canvas, "_cap", lambda: 1000)
     for name, arr, ref in _canvas_cases():

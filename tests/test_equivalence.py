@@ -12,14 +12,14 @@ from arrpos import _dispatch
 from arrpos._backends import _xp
 from arrpos._exact import power_frequencies, timestep_frequencies
 
-_numpy = _dispatch.adapter("_numpy")
+_numpy = _dispatch.front_end("host.numpy")
 pytestmark = pytest.mark.skipif(_numpy is None, reason="compiled extension disabled or absent")
 
 LAYOUTS = ["interleaved", "split", "split_cos"]
 
 
 def _apply(x, cos, sin, *, layout, inverse, out=None):
-    """apply_rope as the dispatcher runs it: the NumPy adapter wherever it serves the call."""
+    """apply_rope as the dispatcher runs it: the NumPy front-end wherever it serves the call."""
     return _dispatch.call("apply_rope", xp, x, cos, sin, arrays=(x, cos, sin, out),
                           layout=layout, inverse=inverse, out=out)
 int_positions = hnp.arrays(
@@ -89,7 +89,7 @@ def test_kernel_checks_shapes():
     from arrpos._backends import _cpu
 
     hi, lo = power_frequencies(4, 8, 10000.0)
-    rc, rs, pc, ps = _numpy._rotation_tables(hi.tobytes(), lo.tobytes())
+    rc, rs, pc, ps = _dispatch.driver("host").rotation_tables(hi.tobytes(), lo.tobytes())
     pos = np.arange(10.0)
     f32 = _cpu.F32
     with pytest.raises(ValueError, match="out"):
@@ -287,7 +287,8 @@ def aligned_empty(shape, dtype, align=64):
 
 _STREAM_SCRIPT = """
 import numpy as np, array_api_compat.numpy as xp
-from arrpos._backends import _numpy, _xp
+from arrpos._backends import _xp
+from arrpos._backends.host import numpy as _numpy
 
 
 def at_offset(shape, dt, offset):
@@ -554,7 +555,7 @@ def test_apply_rope_qk(heads, half_r, extra, layout, inverse, dtype, with_out, s
 def test_torch_sixteen_bit_tensors_through_dlpack():
     """torch float16 / bfloat16 CPU tensors reach the kernels (bfloat16 as int16 bits)."""
     torch = pytest.importorskip("torch")
-    tmod = _dispatch.adapter("_torch_cpu")
+    tmod = _dispatch.front_end("host.torch_cpu")
     rng = np.random.default_rng(9)
     x64 = rng.normal(size=(2, 6, 4, 32))
     ang = rng.uniform(-4, 4, size=(6, 1, 32))

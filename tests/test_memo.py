@@ -123,7 +123,8 @@ def _cached_case(seed, shape):
 
 
 def test_a_signature_bound_kernel_hands_strides_it_cannot_take_to_the_general_route():
-    """The kernel bound to a signature (``_numpy.bind``) decides nothing from strides: a view
+    """The kernel bound to a signature (the NumPy front-end's ``bind``) decides nothing from
+    strides: a view
     of the same shape and dtype whose strides its kernel refuses is still served exactly."""
     x, c, s, ids, wc, ws = _cached_case(6, (2, 3, 4, 8))
     arrpos.apply_rope_cached(x, c, s, ids)  # the plan, bound to a contiguous x
@@ -137,14 +138,16 @@ def test_a_signature_bound_kernel_hands_strides_it_cannot_take_to_the_general_ro
         arrpos.apply_rope_cached(packed, c, s, ids + 64)
 
 
-@pytest.mark.skipif(arrpos._dispatch.adapter("_numpy") is None,
+@pytest.mark.skipif(arrpos._dispatch.front_end("host.numpy") is None,
                     reason="compiled extension disabled or absent")
 def test_a_bound_kernel_takes_its_threads_from_the_caller_on_every_call(monkeypatch):
     """Threads are not part of a signature: a Dask task asks for one thread per call
     (``one_thread_per_call``) with arrays whose signature another caller bound first."""
-    from arrpos._backends import _numpy, one_thread_per_call
+    from arrpos._backends import one_thread_per_call
+    from arrpos._backends.host import driver
+    from arrpos._backends.host import numpy as _numpy
 
-    real, threads = _numpy._cpu, []
+    real, threads = driver._cpu, []
 
     class Spy:
         def __getattr__(self, name):
@@ -154,7 +157,7 @@ def test_a_bound_kernel_takes_its_threads_from_the_caller_on_every_call(monkeypa
             threads.append(args[-2])
             return real.apply_rope_cached(*args)
 
-    monkeypatch.setattr(_numpy, "_cpu", Spy())
+    monkeypatch.setattr(driver, "_cpu", Spy())
     x, c, s, ids, wc, ws = _cached_case(7, (2, 64, 16, 64))  # 512 KiB: a threaded size
     bound = _numpy.bind("apply_rope_cached", (x, c, s, ids, None), layout="half",
                         inverse=False)
@@ -162,4 +165,4 @@ def test_a_bound_kernel_takes_its_threads_from_the_caller_on_every_call(monkeypa
     np.testing.assert_allclose(bound(x, c, s, ids, None), want, rtol=0, atol=2e-6)
     with one_thread_per_call():
         np.testing.assert_allclose(bound(x, c, s, ids, None), want, rtol=0, atol=2e-6)
-    assert threads == [_numpy._MAX_THREADS, 1]
+    assert threads == [driver.max_threads(), 1]

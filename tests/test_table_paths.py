@@ -16,13 +16,14 @@ import pytest
 
 from arrpos import _dispatch
 
-pytestmark = pytest.mark.skipif(_dispatch.adapter("_numpy") is None,
+pytestmark = pytest.mark.skipif(_dispatch.driver("host") is None,
                                 reason="compiled extension disabled or absent")
 pytest.importorskip("ml_dtypes")  # the subprocess checks bfloat16 NumPy arrays too
 
 _SCRIPT = r"""
 import ml_dtypes, numpy as np, array_api_compat.numpy as xp
-from arrpos._backends import _cpu, _numpy, _xp
+from arrpos._backends import _cpu, _xp
+from arrpos._backends.host import driver
 from arrpos._exact import power_frequencies
 
 CODES = {np.float32: _cpu.F32, np.float64: _cpu.F64, np.float16: _cpu.F16,
@@ -39,7 +40,7 @@ def at_offset(shape, dt, offset):
 
 
 def run(kind, pos, hi, lo, dt, layout, outs, stream, nthreads):
-    rc, rs, pc, ps = _numpy._rotation_tables(hi.tobytes(), lo.tobytes())
+    rc, rs, pc, ps = driver.rotation_tables(hi.tobytes(), lo.tobytes())
     if kind == "sin":
         _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, outs[0], CODES[dt], layout, nthreads,
                             stream, 64)

@@ -11,7 +11,7 @@ import pytest
 
 from arrpos import _dispatch
 
-_numpy = _dispatch.adapter("_numpy")
+_numpy = _dispatch.front_end("host.numpy")
 pytestmark = pytest.mark.skipif(_numpy is None, reason="compiled extension disabled or absent")
 
 _FORK_SCRIPT = """

@@ -1,11 +1,17 @@
-"""Implementation modules. ``_xp`` is the generic Array API code; the others are adapters around
-compiled kernels with the same function names and signatures plus ``supports(op, arrays,
-**kwargs)``, chosen by ``arrpos._dispatch``."""
+"""Implementation modules, chosen by ``arrpos._dispatch``.
+
+``ops`` is the op table; ``_xp`` the generic Array API code of every op; ``memory`` what an
+array's memory allows (the output-overlap rule). Each kernel driver is a subpackage (``host``:
+the compiled CPU kernels of ``csrc/``, built as ``_cpu``; ``cuda``: the kernels of
+``kernels.cu``; ``dask``: graphs whose tasks dispatch per chunk) with a thin front-end per
+array library whose ops have ``_xp``'s names and signatures. Front-ends use their driver's
+package-public names, never another module's private ones."""
 
 
 class Unsupported(Exception):
-    """An adapter's late "no": raised while preparing a call it cannot serve after all (e.g.
-    strides that do not merge); the dispatcher then tries the next adapter, then ``_xp``."""
+    """A front-end's or driver's late "no": raised while preparing a call it cannot serve after
+    all (e.g. strides that do not merge, memory it must not touch), before anything is
+    written; the dispatcher then tries the next front-end, then ``_xp``."""
 
 
 import contextlib as _contextlib

@@ -1,4 +1,4 @@
-"""What the dispatcher and the adapters know about an array's memory.
+"""What the dispatcher and the front-ends know about an array's memory.
 
 * :func:`tensor_memory_known` (:func:`torch_tracing` once per call, then
   :func:`tensor_has_storage` per tensor): a torch tensor whose memory is really there to be
@@ -21,11 +21,11 @@
   - two outputs that meet each other are a ``ValueError`` naming ``out``: they cannot both
     hold their results.
 
-An adapter that lists an op in its ``GUARDS`` refuses (``Unsupported``, nothing written) any
-call of it whose outputs meet an input other than their own ``x`` in place, or each other;
-the dispatcher then asks the rule only after such a refusal, so a call with ``out`` pays no
-Python-level overlap check on the kernels' path (a decode step). Other implementations get
-the rule before they run.
+The kernels of the drivers an op names in ``guarded_by`` (``ops``) refuse (``Unsupported``,
+nothing written) any call of it whose outputs meet an input other than their own ``x`` in
+place, or each other; the dispatcher then asks the rule only after such a refusal, so a
+call with ``out`` pays no Python-level overlap check on the kernels' path (a decode step).
+Other implementations get the rule before they run.
 """
 from __future__ import annotations
 
@@ -33,24 +33,15 @@ import sys
 
 import numpy as np
 
+from .ops import OPS
+
 __all__ = ["meets", "overlap", "temporaries", "tensor_has_storage", "tensor_memory_known",
            "through_temporaries", "torch_tracing", "use_bounds"]
 
-# ops with outputs -> (leading arguments that are its array inputs, for each output the input
-# it may be in place of, or None); two outputs come as the pair ``out``
-_OUTPUTS = {
-    "apply_rope": (3, (0,)),  # x, cos, sin
-    "apply_rope_cached": (4, (0,)),  # x, cos_cache, sin_cache, position_ids
-    "apply_rope_qk": (4, (0, 1)),  # q, k, cos, sin -> (q_out, k_out)
-    "sinusoid_table": (3, (None,)),  # positions, hi, lo
-    "rope_cos_sin": (2, (None, None)),  # positions, inv_freq -> (cos, sin)
-    "rope_cos_sin_mixed": (2, (None, None)),
-    "rope_cos_sin_pair": (3, (None, None)),  # positions, w_hi, w_lo
-}
 # the exact solver's budget per pair; a pair it cannot settle within it counts as overlapping
 _MAX_WORK = 1 << 12
 # NumPy arrays' byte bounds against several arrays at once, in C (the compiled kernels'
-# bounds_meeting, once the NumPy adapter is loaded); None: NumPy's may_share_memory per pair
+# bounds_meeting, once the host driver is loaded); None: NumPy's may_share_memory per pair
 _BOUNDS = None
 
 
@@ -211,11 +202,11 @@ def temporaries(op, args, out):
     """For a call ``op(*args, out=out)``: None when every output may be written directly, else
     one bool per output, whether it must be made in a temporary (see the module docstring).
     Raises ValueError when two outputs overlap."""
-    spec = _OUTPUTS.get(op)
-    if spec is None or out is None:
+    row = OPS.get(op)  # its inputs (``args``) and the input each output may replace
+    if row is None or out is None or not row.outputs:
         return None
-    n_in, own = spec
-    inputs = args[:n_in]
+    own = row.owns
+    inputs = args[:len(row.args)]
     if len(own) == 1:
         return (True,) if _needs_memory_of_its_own(out, inputs, own[0]) else None
     o0, o1 = out

@@ -1,13 +1,15 @@
-"""PyTorch CUDA tensors on the CUDA kernels of ``kernels.cu``, zero-copy through DLPack.
+"""Torch CUDA front-end of the CUDA driver: CUDA tensors on the kernels of ``kernels.cu``,
+zero-copy through DLPack.
 
 Same function names and signatures as ``_xp``. ``arrpos._dispatch`` sends a torch call here
 only when every array argument is a CUDA tensor on one device that does not require grad
-(autograd needs the generic code), whose memory is really there (``_memory.tensor_memory_known``:
+(autograd needs the generic code), whose memory is really there (``memory.tensor_memory_known``:
 not under ``torch.compile``, ``vmap`` or ``grad``, not fake or a subclass), and CuPy is
 installed. Each call:
 
 * allocates outputs with torch (torch's caching allocator, on the tensors' device),
-* views every tensor as a CuPy array with ``cupy.from_dlpack`` (no copy),
+* views every tensor as a CuPy array with ``cupy.from_dlpack`` (no copy) and hands the views
+  to the driver (which guards memory and launches),
 * launches on torch's *current* stream, wrapped as a ``cupy.cuda.ExternalStream`` (one
   wrapper per device and stream, kept), so the kernels are ordered with the surrounding torch
   work and no synchronisation is added,
@@ -28,17 +30,19 @@ import contextlib
 import importlib.util
 import sys
 
-import numpy as np
+from .. import Unsupported, ops
+from ..memory import tensor_has_storage, torch_tracing
+from . import driver
 
-from . import _cupy
-from ._memory import tensor_has_storage, torch_tracing
+__all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "apply_rope", "apply_rope_cached",
+           "apply_rope_qk", "bind", "cache_clear", "cupy_available", "rope_cos_sin",
+           "sinusoid_table", "supports"]
 
-__all__ = ["alibi_bias", "apply_rope", "apply_rope_cached", "apply_rope_qk", "cupy_available",
-           "rope_cos_sin", "sinusoid_table", "supports"]
-
+DRIVER = "cuda"
+# ``supports`` reads each call's autograd state, trace, devices and build state
+PER_SIGNATURE = False
+_OPS = {name: ops.OPS[name] for name in ops.served_by(DRIVER)}
 _CUPY_FOUND: bool | None = None
-# as _cupy's: its launches refuse outputs that meet the inputs (on the CuPy views)
-GUARDS = _cupy.GUARDS
 
 
 def cupy_available() -> bool:
@@ -57,11 +61,24 @@ def _name(dtype) -> str:
     return str(dtype).rsplit(".", 1)[-1]  # torch.bfloat16 -> "bfloat16"
 
 
-def supports(op: str, arrays=(), **kwargs) -> bool:
-    """CUDA tensors on one device, none requiring grad, of dtypes the kernels have, on a device
-    whose kernels did not fail to build."""
+def _kernel_dtypes(row):
+    names = frozenset(row.dtypes[DRIVER])
+    return lambda dtype: dtype if _name(dtype) in names else None
+
+
+_CODES = {name: _kernel_dtypes(row) for name, row in _OPS.items()}
+
+
+def _integer(dtype) -> bool:
+    return _name(dtype).startswith(("int", "uint"))
+
+
+def supports(op: str, arrays=(), **options) -> bool:
+    """CUDA tensors on one device, none requiring grad, of the op table's dtypes for the CUDA
+    kernels, on a device whose kernels did not fail to build."""
+    row = _OPS.get(op)
     arrs = [a for a in arrays if a is not None]
-    if not arrs or op not in _cupy.OP_DTYPES or kwargs.get("axes") is not None:
+    if row is None or not arrs or options.get("axes") is not None:
         return False  # without the arrays, device and autograd are unknown: generic path
     torch = _torch()
     if not all(isinstance(t, torch.Tensor) and t.is_cuda for t in arrs) or torch_tracing():
@@ -69,13 +86,19 @@ def supports(op: str, arrays=(), **kwargs) -> bool:
     for t in arrs:
         if t.requires_grad or t.is_neg() or t.is_conj() or not tensor_has_storage(t):
             return False  # autograd, neg/conj bit views (memory holds the other sign), fakes
-    if len({t.device for t in arrs}) > 1:
+    if len({t.device for t in arrs}) > 1 or not row.fits(arrays, options, _CODES[op],
+                                                         _integer, False):
         return False
-    if _name(kwargs.get("dtype", arrs[0].dtype)) not in _cupy.OP_DTYPES[op]:
-        return False
-    if not _cupy.dtypes_match(op, arrays):
-        return False
-    return cupy_available() and _cupy.module_failure(arrs[0].device.index) is None
+    return cupy_available() and driver.module_failure(arrs[0].device.index) is None
+
+
+def bind(op, arrays, **options):
+    """None: every call is decided afresh (autograd state, traces, devices)."""
+    return None
+
+
+def cache_clear() -> None:
+    """Nothing to free: compiled kernels and stream wrappers stay for the process."""
 
 
 _STREAMS: dict[tuple[int, int], object] = {}  # (device index, stream pointer) -> ExternalStream
@@ -84,7 +107,7 @@ _STREAMS: dict[tuple[int, int], object] = {}  # (device index, stream pointer) -
 @contextlib.contextmanager
 def _on_torch_stream(device):
     """CuPy's current device and stream set to torch's current ones for ``device``."""
-    cp = _cupy._cp()
+    cp = driver.cp()
     torch = _torch()
     ptr = torch.cuda.current_stream(device).cuda_stream
     stream = _STREAMS.get((device.index, ptr))
@@ -105,16 +128,12 @@ def _as_cupy(t):
     torch = _torch()
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)
-    return _cupy._cp().from_dlpack(t)
+    return driver.cp().from_dlpack(t)
 
 
-def _float64_on(t, device, name):
-    torch = _torch()
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.device != device:
-        raise ValueError(f"{name} is on {t.device}, the other inputs on {device}")
-    return t.to(dtype=torch.float64).contiguous()
+def _float64(t):
+    """Positions, frequencies or slopes as float64 on their device (a device cast)."""
+    return t.to(dtype=_torch().float64).contiguous()
 
 
 def _mark_written(t) -> None:
@@ -128,14 +147,12 @@ def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     """Twin of ``_xp.sinusoid_table`` for a CUDA ``positions`` tensor (float32/float64)."""
     torch = _torch()
     device = positions.device
-    shape = tuple(positions.shape) + (int(width),)
     given = out is not None
     if out is None:
-        out = torch.empty(shape, dtype=dtype, device=device)
+        out = torch.empty(tuple(positions.shape) + (int(width),), dtype=dtype, device=device)
     with _on_torch_stream(device):
-        pos = _float64_on(positions, device, "positions")
-        _cupy.sinusoid_table(_as_cupy(pos), hi, lo, layout=layout, dtype=np.dtype(_name(dtype)),
-                             width=width, xp=None, out=_as_cupy(out))
+        driver.sinusoid_table(_as_cupy(_float64(positions)), hi, lo, _as_cupy(out), layout,
+                              width, _name(dtype))
     if given:
         _mark_written(out)
     return out
@@ -145,7 +162,7 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     """Twin of ``_xp.rope_cos_sin`` for CUDA tensors; multimodal ``axes`` take ``_xp``."""
     torch = _torch()
     device = positions.device
-    freq = _float64_on(inv_freq, device, "inv_freq")
+    freq = _float64(inv_freq)
     shape = tuple(positions.shape) + (2 * int(freq.shape[0]),)
     given = out is not None
     if out is None:
@@ -153,11 +170,8 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
                torch.empty(shape, dtype=dtype, device=device))
     cos, sin = out
     with _on_torch_stream(device):
-        pos = _float64_on(positions, device, "positions")
-        _cupy.rope_cos_sin(_as_cupy(pos), _as_cupy(freq), layout=layout,
-                           attention_factor=attention_factor, axes=None,
-                           dtype=np.dtype(_name(dtype)), xp=None,
-                           out=(_as_cupy(cos), _as_cupy(sin)))
+        driver.rope_cos_sin(_as_cupy(_float64(positions)), _as_cupy(freq), _as_cupy(cos),
+                            _as_cupy(sin), layout, float(attention_factor), _name(dtype))
     if given:
         _mark_written(cos)
         _mark_written(sin)
@@ -180,13 +194,12 @@ def _export_pair(x, out):
 
 
 def _lead(x, *tables):
-    torch = _torch()
+    """The result's leading axes: ``x``'s broadcast with the tables' (refused when they do
+    not broadcast: nothing is allocated)."""
     try:
-        return tuple(torch.broadcast_shapes(x.shape[:-1], *(t.shape[:-1] for t in tables)))
+        return tuple(_torch().broadcast_shapes(x.shape[:-1], *(t.shape[:-1] for t in tables)))
     except RuntimeError:
-        shapes = " and ".join(str(tuple(t.shape)) for t in tables)
-        raise ValueError(f"the tables {shapes} do not broadcast against x "
-                         f"{tuple(x.shape)}") from None
+        raise Unsupported("tables that do not broadcast against x") from None
 
 
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
@@ -194,8 +207,8 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     out, given = _rotation_out(x, _lead(x, cos, sin), out)
     with _on_torch_stream(x.device):
         cx, cout = _export_pair(x, out)
-        _cupy._apply_rope(cx, _as_cupy(cos), _as_cupy(sin), layout=layout, inverse=inverse,
-                          out=cout, storage=_name(x.dtype))
+        driver.apply_rope(cx, _as_cupy(cos), _as_cupy(sin), cout, layout, inverse,
+                          _name(x.dtype))
     if given:
         _mark_written(out)
     return out
@@ -207,9 +220,8 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse,
     out, given = _rotation_out(x, tuple(x.shape[:-1]), out)
     with _on_torch_stream(x.device):
         cx, cout = _export_pair(x, out)
-        _cupy._apply_rope_cached(cx, _as_cupy(cos_cache), _as_cupy(sin_cache),
-                                 _as_cupy(position_ids), layout=layout, inverse=inverse,
-                                 out=cout, storage=_name(x.dtype))
+        driver.apply_rope_cached(cx, _as_cupy(cos_cache), _as_cupy(sin_cache),
+                                 _as_cupy(position_ids), cout, layout, inverse, _name(x.dtype))
     if given:
         _mark_written(out)
     return out
@@ -219,15 +231,15 @@ def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope_qk`` for CUDA tensors: two launches sharing one export of the
     tables, both checked before either runs; ``out`` None or a ``(q_out, k_out)`` pair (each
     may be None)."""
-    q_out, k_out = (None, None) if out is None else _cupy._pair(out, ("q_out", "k_out"))
+    q_out, k_out = (None, None) if out is None else out
     q_out, q_given = _rotation_out(q, _lead(q, cos, sin), q_out)
     k_out, k_given = _rotation_out(k, _lead(k, cos, sin), k_out)
     with _on_torch_stream(q.device):
         ccos, csin = _as_cupy(cos), _as_cupy(sin)
         cq, cq_out = _export_pair(q, q_out)
         ck, ck_out = _export_pair(k, k_out)
-        _cupy._apply_pair(cq, ck, ccos, csin, ccos, csin, layout=layout, inverse=inverse,
-                          q_out=cq_out, k_out=ck_out, storage=(_name(q.dtype), _name(k.dtype)))
+        driver.apply_pair(cq, ck, ccos, csin, ccos, csin, cq_out, ck_out, layout, inverse,
+                          (_name(q.dtype), _name(k.dtype)))
     for t, given in ((q_out, q_given), (k_out, k_given)):
         if given:
             _mark_written(t)
@@ -238,13 +250,8 @@ def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
     """Twin of ``_xp.alibi_bias`` for a CUDA ``slopes`` tensor (float16/32/64, bfloat16)."""
     torch = _torch()
     device = slopes.device
-    if slopes.ndim != 1:
-        raise ValueError(f"slopes must be 1-D (heads,), got shape {tuple(slopes.shape)}")
-    q = _cupy._nonneg_int(query_len, "query_len")
-    k = _cupy._nonneg_int(key_len, "key_len")
-    out = torch.empty((slopes.shape[0], q, k), dtype=dtype, device=device)
+    out = torch.empty((slopes.shape[0], query_len, key_len), dtype=dtype, device=device)
     with _on_torch_stream(device):
-        s64 = _float64_on(slopes, device, "slopes")
-        _cupy._alibi_into(_as_cupy(s64), q, k, mode=mode, query_offset=query_offset,
-                          out=_as_cupy(out), storage=_name(dtype))
+        driver.alibi_bias(_as_cupy(_float64(slopes)), query_len, key_len, _as_cupy(out), mode,
+                          query_offset, _name(dtype))
     return out

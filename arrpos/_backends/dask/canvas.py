@@ -32,7 +32,7 @@ import dask
 import dask.array as da
 from dask.array.core import finalize as _dask_finalize
 
-from .. import _dispatch
+from ... import _dispatch
 
 __all__ = ["Canvas", "CanvasArray", "canvas_task", "fits", "wrap"]
 
@@ -133,10 +133,10 @@ def _size(shape):
 
 
 def _empty_bytes(nbytes):
-    """Bytes for a canvas: the NumPy kernels' reusable huge-page blocks where they are built (a
+    """Bytes for a canvas: the host driver's reusable huge-page blocks where it is built (a
     repeated compute then finds its pages mapped, as a repeated NumPy call does)."""
-    mod = _dispatch.adapter("_numpy")
-    return np.empty(nbytes, np.uint8) if mod is None else mod.empty_bytes(nbytes)
+    host = _dispatch.driver("host")
+    return np.empty(nbytes, np.uint8) if host is None else host.empty_bytes(nbytes)
 
 
 def _canvas(key, shape, dtype):

@@ -1,4 +1,5 @@
-"""Dask adapter: the kernelised ops as ``blockwise`` graphs whose tasks dispatch per chunk.
+"""The Dask driver and front-end: the ops of the op table as ``blockwise`` graphs whose tasks
+dispatch per chunk.
 
 Same function names and signatures as ``_xp``. Each op builds one graph layer (plus explicit
 rechunks) with one task per output chunk; a task calls the same op through ``_dispatch.call`` on
@@ -20,15 +21,18 @@ from dask.array.utils import meta_from_array
 from dask.base import tokenize
 from dask.layers import ArraySliceDep
 
-from .. import _dispatch
-from . import Unsupported, _dask_canvas, one_thread_per_call
-from .._lib import array_namespace, backend_name
+from ... import _dispatch
+from ..._lib import array_namespace, backend_name
+from .. import Unsupported, one_thread_per_call, ops
+from . import canvas as _canvas
 
-__all__ = ["alibi_bias", "apply_rope", "apply_rope_cached", "apply_rope_qk", "rope_cos_sin",
-           "sinusoid_table", "supports"]
+__all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "apply_rope", "apply_rope_cached",
+           "apply_rope_qk", "bind", "cache_clear", "rope_cos_sin", "sinusoid_table", "supports"]
 
-_OPS = ("sinusoid_table", "rope_cos_sin", "apply_rope", "apply_rope_cached", "apply_rope_qk",
-        "alibi_bias")
+DRIVER = "dask"
+# ``supports`` reads chunk sizes, which are not in a signature
+PER_SIGNATURE = False
+_OPS = {name: ops.OPS[name] for name in ops.served_by(DRIVER)}
 # chunk libraries served: the task's dispatch finds their kernels. CuPy chunks need only
 # "cupy" here once a GPU run has checked them.
 _CHUNK_KINDS = ("numpy",)
@@ -46,15 +50,16 @@ def _served(a, unknown_ok=False) -> bool:
     return backend_name(array_namespace(a._meta)) in _CHUNK_KINDS
 
 
-def supports(op, arrays, **kwargs) -> bool:
+def supports(op, arrays, **options) -> bool:
     """Whether every array argument is a served Dask array (None for an absent ``out``).
 
     Positions of unknown chunk sizes are served where nothing is aligned to them: tables
     without ``axes`` are computed chunk by chunk, whatever the sizes turn out to be.
     """
-    if op not in _OPS or not arrays or arrays[0] is None:
+    row = _OPS.get(op)
+    if row is None or not arrays or arrays[0] is None:
         return False
-    unknown_ok = op == "sinusoid_table" or (op == "rope_cos_sin" and kwargs.get("axes") is None)
+    unknown_ok = op == "sinusoid_table" or (op == "rope_cos_sin" and options.get("axes") is None)
     if not _served(arrays[0], unknown_ok):
         return False
     for a in arrays[1:]:
@@ -63,20 +68,25 @@ def supports(op, arrays, **kwargs) -> bool:
                 return False
         elif a is not None and not _served(a):
             return False
-    return _fits(op, arrays)
+    return _fits(row, arrays)
 
 
-def _fits(op, arrays) -> bool:
-    """Tables (and position ids) broadcast into the rows of ``x``, never widen them: the
-    output keeps ``x``'s shape and chunks."""
-    if op == "apply_rope_cached":
-        x, ids = arrays[0], arrays[3]
-        return _broadcasts_into(ids.shape, x.shape[:-1])
-    if op in ("apply_rope", "apply_rope_qk"):
-        rows = [a.shape[:-1] for a in arrays[:1 + (op == "apply_rope_qk")]]
-        tables = arrays[1 + (op == "apply_rope_qk"):][:2]
-        return all(_broadcasts_into(t.shape[:-1], r) for t in tables for r in rows)
-    return True
+def bind(op, arrays, **options):
+    """None: graphs are built afresh on every call."""
+    return None
+
+
+def cache_clear() -> None:
+    """Nothing kept between calls (each chunk's front-end frees its own)."""
+
+
+def _fits(row, arrays) -> bool:
+    """Tables (and position ids) broadcast into the rows of each rotated array, never widen
+    them: the outputs keep the rotated arrays' shapes and chunks."""
+    rows = [arrays[k].shape[:-1] for k in row.rotated_at]
+    if row.ids_at is not None:
+        return all(_broadcasts_into(arrays[row.ids_at].shape, r) for r in rows)
+    return all(_broadcasts_into(arrays[t].shape[:-1], r) for t in row.tables_at for r in rows)
 
 
 def _broadcasts_into(small, big) -> bool:
@@ -226,7 +236,7 @@ def _split_pair(pairs, metas, chunkss, name):
 
 def _blockwise(func, out_ind, pairs, opts, outputs, **kwargs):
     """``da.blockwise(func, out_ind, *pairs, opts, None, **kwargs)`` (``pairs``: array, index)
-    whose tasks also get canvases and regions for their outputs (see ``_dask_canvas``):
+    whose tasks also get canvases and regions for their outputs (see ``canvas``):
     ``outputs(first)`` gives ``((chunks, dtype), ...)`` of the op's outputs, from the first
     array once aligned. No canvases where a chunk would not be one C-contiguous region of
     its output. Returns ``(array, the extra arguments: canvases, then regions, or ())``."""
@@ -238,8 +248,8 @@ def _blockwise(func, out_ind, pairs, opts, outputs, **kwargs):
     # (tokenizing the inputs is most of the cost of building the graph)
     token = tokenize(func.__name__, out_ind, pairs, opts, kwargs)
     extra = ()
-    if all(_dask_canvas.fits(chunks) for chunks, _ in outs):
-        canvases = [_dask_canvas.canvas_task(chunks, dtype, f"{i}-{token}")
+    if all(_canvas.fits(chunks) for chunks, _ in outs):
+        canvases = [_canvas.canvas_task(chunks, dtype, f"{i}-{token}")
                     for i, (chunks, dtype) in enumerate(outs)]
         regions = [ArraySliceDep(chunks[:len(lead)]) for chunks, _ in outs]
         extra = tuple(v for c in canvases for v in (c, None)) + tuple(
@@ -251,7 +261,7 @@ def _blockwise(func, out_ind, pairs, opts, outputs, **kwargs):
 
 def _canvas_array(arr, has_canvas):
     """``arr`` finalised through its canvas when its tasks write into one."""
-    return _dask_canvas.wrap(arr) if has_canvas else arr
+    return _canvas.wrap(arr) if has_canvas else arr
 
 
 def _store(out, result):

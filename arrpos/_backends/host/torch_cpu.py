@@ -1,36 +1,40 @@
-"""Torch CPU tensors to the compiled kernels, zero-copy through DLPack.
+"""Torch CPU front-end of the host driver: CPU tensors on the compiled kernels, zero-copy
+through DLPack.
 
 Used by ``_dispatch`` only for CPU tensors that do not require grad (autograd needs the generic
-path's ordinary expressions) and whose memory is really there (``_memory.tensor_memory_known``:
+path's ordinary expressions) and whose memory is really there (``memory.tensor_memory_known``:
 not under ``torch.compile``, ``vmap`` or ``grad``, not fake, meta or a subclass; the generic
 path serves those, as ordinary torch code). Same function names and signatures as ``_xp``;
-every function views the tensors as NumPy arrays (no copy) and runs the ``_numpy`` kernels on
-them with the tensors' storage types: float32, float64, float16, and bfloat16 (NumPy has no
-bfloat16 of its own, so it travels as int16 bits and the kernel is told).
+every function views the tensors as NumPy arrays (no copy) and runs the host driver on them
+with the tensors' storage types: float32, float64, float16, and bfloat16 (NumPy has no
+bfloat16 of its own, so it travels as int16 bits and the kernel is told). Outputs are torch
+tensors (large ones in the driver's reusable blocks).
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from . import Unsupported, _numpy
-from ._memory import tensor_has_storage, torch_tracing
+from .. import Unsupported, ops
+from ..memory import tensor_has_storage, torch_tracing
+from . import driver
 
-__all__ = ["apply_rope", "apply_rope_cached", "apply_rope_qk", "rope_cos_sin", "sinusoid_table",
-           "supports"]
+__all__ = ["DRIVER", "PER_SIGNATURE", "apply_rope", "apply_rope_cached", "apply_rope_qk",
+           "bind", "cache_clear", "rope_cos_sin", "sinusoid_table", "supports"]
 
-_CODES = {torch.float32: _numpy._F32, torch.float64: _numpy._F64, torch.float16: _numpy._F16,
-          torch.bfloat16: _numpy._BF16}
-_TABLE_DTYPE = {_numpy._F32: torch.float32, _numpy._F64: torch.float64,
-                _numpy._F16: torch.float32, _numpy._BF16: torch.float32}
+DRIVER = "host"
+# ``supports`` reads each call's autograd state and trace: nothing holds for a signature
+PER_SIGNATURE = False
+_OPS = {name: ops.OPS[name] for name in ops.served_by(DRIVER)}
+_CODES = {torch.float32: driver.F32, torch.float64: driver.F64, torch.float16: driver.F16,
+          torch.bfloat16: driver.BF16}
+_DTYPES = {code: dt for dt, code in _CODES.items()}
+_APPLY_TYPES = driver.APPLY_TYPES
+_host_rotate = driver.rotate
 # ids of every integer dtype: the kernel reads int64 (others converted, torch's unsigned
 # types included, for which torch itself has few operations)
 _INT_IDS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
                       torch.uint16, torch.uint32, torch.uint64})
-# the kernels check the ids they gather (ValueError naming position_ids): _dispatch.call_checked
-VALIDATES = frozenset({"apply_rope_cached"})
-# as _numpy's: the kernels refuse outputs that meet the inputs (on the tensors' NumPy views)
-GUARDS = _numpy.GUARDS
 
 
 def _servable(t) -> bool:
@@ -41,27 +45,28 @@ def _servable(t) -> bool:
             and not t.is_neg() and not t.is_conj())
 
 
-def supports(op, arrays, **kwargs) -> bool:
-    """CPU tensors without autograd, of a kernel dtype (shapes and strides: checked late)."""
-    if op not in _numpy._OPS or not arrays or torch_tracing():
+def supports(op, arrays, **options) -> bool:
+    """CPU tensors without autograd, of the op table's dtypes for the host kernels (shapes and
+    strides: checked late)."""
+    row = _OPS.get(op)
+    if row is None or not arrays or torch_tracing():
         return False
-    qk = op == "apply_rope_qk"
-    for a in (arrays[:4] + _numpy._qk_outs(arrays)) if qk else arrays:
+    for a in arrays:
         if a is not None and (not isinstance(a, torch.Tensor) or not _servable(a)):
             return False
-    if op in ("sinusoid_table", "rope_cos_sin"):
-        # an odd sinusoid width (keras-hub) needs a scratch table: the generic path
-        return (kwargs.get("axes") is None and kwargs["dtype"] in _CODES
-                and kwargs.get("width", 0) % 2 == 0)
-    if op == "apply_rope_cached":
-        x, cos, sin, pos, out = arrays
-        return (x.dtype in _CODES and cos.dtype in _CODES and sin.dtype == cos.dtype
-                and pos.dtype in _INT_IDS and (out is None or out.dtype == x.dtype))
-    xs, tables = (arrays[:2], arrays[2:4]) if qk else (arrays[:1], arrays[1:3])
-    outs = _numpy._qk_outs(arrays) if qk else (arrays[3],)
-    return (all(x.dtype in _CODES for x in xs) and tables[0].dtype in _CODES
-            and tables[1].dtype == tables[0].dtype
-            and all(o is None or o.dtype == x.dtype for o, x in zip(outs, xs)))
+    if row.dtype_option and (options.get("axes") is not None or options.get("width", 0) % 2):
+        return False  # multimodal sections; an odd sinusoid width (keras-hub) needs a scratch
+    return row.fits(arrays, options, _CODES.get, _INT_IDS.__contains__, True)
+
+
+def bind(op, arrays, **options):
+    """None: every call is decided afresh (autograd state, traces)."""
+    return None
+
+
+def cache_clear() -> None:
+    """Free what the driver keeps between calls."""
+    driver.cache_clear()
 
 
 def _np(t):
@@ -80,29 +85,30 @@ def _ids(t):
 
 
 def _tables(tx, cos, sin):
+    """NumPy views of tables in a type the kernel pairs with x's (converted once if not)."""
     tc = _CODES[cos.dtype]
-    if (tx, tc) not in _numpy._APPLY_TYPES:  # convert once (tables are small next to x)
-        dt = _TABLE_DTYPE[tx]
-        cos, sin, tc = cos.to(dt), sin.to(dt), _CODES[dt]
+    if (tx, tc) not in _APPLY_TYPES:  # tables are small next to x
+        tc = driver.table_code(tx, tc)
+        cos, sin = cos.to(_DTYPES[tc]), sin.to(_DTYPES[tc])
     return _np(cos), _np(sin), tc
 
 
 def _empty(shape, dtype):
-    """``torch.empty``; large outputs in the kernels' reusable blocks (``_numpy.empty_bytes``)."""
+    """``torch.empty``; large outputs in the driver's reusable blocks (``empty_bytes``)."""
     nbytes = dtype.itemsize
     for n in shape:
         nbytes *= n
-    if nbytes < _numpy._BLOCK_MIN_BYTES:
+    if nbytes < driver.BLOCK_MIN_BYTES:
         return torch.empty(shape, dtype=dtype)
-    return torch.from_numpy(_numpy.empty_bytes(nbytes)).view(dtype).view(shape)
+    return torch.from_numpy(driver.empty_bytes(nbytes)).view(dtype).view(shape)
 
 
 def _rotate(x, cn, sn, tc, out, layout, inverse, pos=None, check_only=False):
     res = out if out is not None else _empty(tuple(x.shape), x.dtype)
     xn = _np(x)
     on = xn if res is x else _np(res)
-    _numpy._rotate(xn, cn, sn, on, _CODES[x.dtype], tc, layout == "interleaved", inverse, pos,
-                   check_only)
+    _host_rotate(xn, cn, sn, on, _CODES[x.dtype], tc, layout == "interleaved", inverse, pos,
+                 check_only)
     return res
 
 
@@ -115,12 +121,12 @@ def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
     qo, ko = (None, None) if out is None else out
     if qo is not None or ko is not None:  # (the NumPy views: their bounds in C)
         nq, nk = _np(q), _np(k)
-        _numpy._qk_outputs_apart(nq, nk, qo if qo is None else (nq if qo is q else _np(qo)),
-                                 ko if ko is None else (nk if ko is k else _np(ko)))
+        driver.qk_outputs_apart(nq, nk, qo if qo is None else (nq if qo is q else _np(qo)),
+                                ko if ko is None else (nk if ko is k else _np(ko)))
     cq, sq, tq = _tables(_CODES[q.dtype], cos, sin)
     ck, sk, tk = (cq, sq, tq) if k.dtype == q.dtype else _tables(_CODES[k.dtype], cos, sin)
     if qo is not None and qo.untyped_storage().data_ptr() == q.untyped_storage().data_ptr():
-        # q rotates in place (as _numpy.apply_rope_qk): k's kernel must accept its arrays first
+        # q rotates in place (as the NumPy front-end's): k's kernel must accept its arrays first
         ko = _rotate(k, ck, sk, tk, ko, layout, inverse, check_only=True)
     return (_rotate(q, cq, sq, tq, qo, layout, inverse),
             _rotate(k, ck, sk, tk, ko, layout, inverse))
@@ -129,15 +135,12 @@ def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
 def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
     tx, tc = _CODES[x.dtype], _CODES[cos_cache.dtype]
     pos = _ids(position_ids)
-    if (tx, tc) not in _numpy._APPLY_TYPES:  # only the rows used, converted
-        n = cos_cache.shape[0]
-        if pos.size and (pos.min() < 0 or pos.max() >= n):
-            raise ValueError(f"position_ids must lie in [0, {n}) (the cache rows), got values "
-                             f"from {pos.min()} to {pos.max()}")
+    if (tx, tc) not in _APPLY_TYPES:  # only the rows used, converted
+        driver.check_ids(pos, cos_cache.shape[0])
         flat = torch.from_numpy(np.ascontiguousarray(pos.reshape(-1)))
-        dt = _TABLE_DTYPE[tx]
-        cos_cache, sin_cache = cos_cache[flat].to(dt), sin_cache[flat].to(dt)
-        pos, tc = np.arange(flat.shape[0], dtype=np.int64).reshape(pos.shape), _CODES[dt]
+        tc = driver.table_code(tx, tc)
+        cos_cache, sin_cache = cos_cache[flat].to(_DTYPES[tc]), sin_cache[flat].to(_DTYPES[tc])
+        pos = np.arange(flat.shape[0], dtype=np.int64).reshape(pos.shape)
     return _rotate(x, _np(cos_cache), _np(sin_cache), tc, out, layout, inverse, pos)
 
 
@@ -151,17 +154,14 @@ def _table_out(out, shape, dtype):
 
 def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
     res = _table_out(out, tuple(positions.shape) + (width,), dtype)
-    hi = np.ascontiguousarray(hi, dtype=np.float64)
-    lo = np.ascontiguousarray(lo, dtype=np.float64)
-    _numpy._table_into(_np(positions), hi, lo, _np(res), _CODES[dtype], width, layout)
+    driver.sinusoid_into(_np(positions), hi, lo, _np(res), _CODES[dtype], layout)
     return res
 
 
 def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
-    w = np.ascontiguousarray(_np(inv_freq), dtype=np.float64).reshape(-1)
-    full = tuple(positions.shape) + (2 * w.shape[0],)
+    full = tuple(positions.shape) + (2 * inv_freq.shape[-1],)
     cos = _table_out(None if out is None else out[0], full, dtype)
     sin = _table_out(None if out is None else out[1], full, dtype)
-    _numpy._table_into(_np(positions), w, np.zeros_like(w), _np(cos), _CODES[dtype], full[-1],
-                       layout, attention_factor, _np(sin))
+    driver.rope_table_into(_np(positions), _np(inv_freq), _np(cos), _np(sin), _CODES[dtype],
+                           layout, attention_factor)
     return cos, sin

@@ -1,0 +1,2 @@
+"""The Dask driver and front-end (``graph``: ops as graphs whose tasks dispatch per chunk) and
+the result buffers its tasks write into (``canvas``)."""

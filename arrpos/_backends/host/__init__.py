@@ -1,0 +1,2 @@
+"""The host driver (``driver``: the compiled CPU kernels) and its front-ends: ``numpy``,
+``torch_cpu``."""

@@ -1,0 +1,158 @@
+"""NumPy front-end of the host driver: NumPy arrays (float32, float64, float16,
+``ml_dtypes.bfloat16``) on the compiled CPU kernels.
+
+The ops of the op table that the host driver has, with ``_xp``'s names and signatures: this
+module says which calls it serves (``supports``: the op table's dtype rule, types and options
+only, so its answer holds for a whole signature), allocates outputs and converts tables whose
+type the kernels do not pair with ``x``. The driver and its kernels do the rest, guards
+included; the public layer has validated every argument.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import Unsupported, ops
+from . import driver
+
+__all__ = ["DRIVER", "PER_SIGNATURE", "apply_rope", "apply_rope_cached", "apply_rope_qk",
+           "bind", "cache_clear", "rope_cos_sin", "sinusoid_table", "supports"]
+
+DRIVER = "host"
+# ``supports`` reads types, dtypes and options only (shapes and strides are the kernels' late
+# ``Unsupported``): its answer may be memoised per signature (``_dispatch.plan``)
+PER_SIGNATURE = True
+_OPS = {name: ops.OPS[name] for name in ops.served_by(DRIVER)}
+_I64 = np.dtype(np.int64)
+_code = driver.code_of
+_APPLY_TYPES = driver.APPLY_TYPES
+_rotate = driver.rotate
+
+
+def _integer(dtype) -> bool:
+    return dtype.kind in "iu"
+
+
+def _arrays_ok(arrays) -> bool:
+    nd = np.ndarray
+    for a in arrays:
+        if a is not None and type(a) is not nd:
+            return False
+    return True
+
+
+def supports(op, arrays, **options) -> bool:
+    """Whether the kernels may serve ``op`` on these NumPy arrays: the op table's dtype rule
+    (tables of another kernel type are converted once); the kernels check shapes, strides and
+    overlap and raise ``Unsupported`` late."""
+    row = _OPS.get(op)
+    if row is None or not arrays or not _arrays_ok(arrays):
+        return False
+    if row.dtype_option and options.get("axes") is not None:
+        return False  # multimodal sections: the generic code's
+    return row.fits(arrays, options, _code, _integer, True)
+
+
+def bind(op, arrays, **options):
+    """``op`` for this signature (``supports`` said yes): a function of the op's arrays and
+    ``out``, positionally, with what depends on the types, shapes and dtypes alone decided
+    here once (type codes, threads, store kind), or None where the general function serves.
+    Bound functions check the op's values themselves (``validated_by``): for a decode step's
+    few microseconds, deciding again on every call is a large part of the cost."""
+    if op != "apply_rope_cached":
+        return None
+    x, cos_cache, _, pos, out = arrays
+    tx, tc = _code(x.dtype), _code(cos_cache.dtype)
+    if (tx, tc) not in _APPLY_TYPES or pos.dtype != _I64:
+        return None
+    alloc = out is None and (np.empty if x.nbytes < driver.BLOCK_MIN_BYTES else driver.empty)
+    return driver.bind_cached(x.shape, x.dtype, tx, tc, options["layout"] == "interleaved",
+                              options["inverse"], alloc)
+
+
+def cache_clear() -> None:
+    """Free what the driver keeps between calls (``arrpos.clear_caches`` calls it)."""
+    driver.cache_clear()
+
+
+# ---- tables -----------------------------------------------------------------------------------
+
+def _table_out(out, shape, dtype):
+    if out is None:
+        return driver.empty(shape, dtype)
+    if out.shape != shape or out.dtype != dtype:
+        raise Unsupported("out is not an array of the table's shape and dtype")
+    return out
+
+
+def sinusoid_table(positions, hi, lo, *, layout, dtype, width, xp, out=None):
+    """Twin of ``_xp.sinusoid_table`` for NumPy float32/float64/float16/bfloat16 output.
+
+    ``out``: an optional preallocated C-contiguous ``P + (width,)`` array of ``dtype``.
+    """
+    dtype = np.dtype(dtype)
+    res = _table_out(out, tuple(np.shape(positions)) + (width,), dtype)
+    driver.sinusoid_into(positions, hi, lo, res, _code(dtype), layout)
+    return res
+
+
+def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, xp, out=None):
+    """Twin of ``_xp.rope_cos_sin``: cos/sin tables ``P + (2F,)`` from exact rotations."""
+    dtype = np.dtype(dtype)
+    full = tuple(np.shape(positions)) + (2 * np.shape(inv_freq)[-1],)
+    cos = _table_out(None if out is None else out[0], full, dtype)
+    sin = _table_out(None if out is None else out[1], full, dtype)
+    driver.rope_table_into(positions, inv_freq, cos, sin, _code(dtype), layout,
+                           attention_factor)
+    return cos, sin
+
+
+# ---- RoPE application ---------------------------------------------------------------------------
+
+def _tables_for(tx, tc, cos, sin):
+    """Tables of a type the kernels do not pair with x's, converted once (float32/64)."""
+    want = driver.table_code(tx, tc)
+    dt = driver.numpy_dtype(want)
+    return cos.astype(dt), sin.astype(dt), want
+
+
+def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope``; strided and broadcast cos/sin are read in place, not copied.
+    Tables of another float type than the kernels pair with ``x`` are converted once (they
+    are small next to ``x``), then rounded once like the generic path's promoted product."""
+    tx, tc = _code(x.dtype), _code(cos.dtype)
+    if (tx, tc) not in _APPLY_TYPES:
+        cos, sin, tc = _tables_for(tx, tc, cos, sin)
+    return _rotate(x, cos, sin, out, tx, tc, layout == "interleaved", inverse)
+
+
+def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope_qk``: both rotations in one call (``k`` may have fewer heads)."""
+    tq, tk, tc = _code(q.dtype), _code(k.dtype), _code(cos.dtype)
+    inter = layout == "interleaved"
+    cq, sq, tcq = (cos, sin, tc) if (tq, tc) in _APPLY_TYPES else _tables_for(tq, tc, cos, sin)
+    ck, sk, tck = ((cq, sq, tcq) if tk == tq else (cos, sin, tc) if (tk, tc) in _APPLY_TYPES
+                   else _tables_for(tk, tc, cos, sin))
+    qo, ko = (None, None) if out is None else out
+    driver.qk_outputs_apart(q, k, qo, ko)
+    if qo is not None and np.may_share_memory(qo, q):
+        # q rotates in place: k's kernel must accept its arrays first, or the generic path
+        # that serves the call then would rotate q a second time
+        ko = np.empty(k.shape, k.dtype) if ko is None else ko
+        _rotate(k, ck, sk, ko, tk, tck, inter, inverse, check_only=True)
+    return (_rotate(q, cq, sq, qo, tq, tcq, inter, inverse),
+            _rotate(k, ck, sk, ko, tk, tck, inter, inverse))
+
+
+def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
+    """Twin of ``_xp.apply_rope_cached``: one fused gather-and-rotate over the half-width
+    caches; ids are checked by the kernel (ValueError naming position_ids)."""
+    tx, tc = _code(x.dtype), _code(cos_cache.dtype)
+    pos = position_ids
+    if pos.dtype is not _I64 and pos.dtype != _I64:
+        pos = pos.astype(np.int64)
+    if (tx, tc) not in _APPLY_TYPES:  # only the rows used, converted
+        driver.check_ids(pos, cos_cache.shape[0])
+        flat = pos.reshape(-1)
+        cos_cache, sin_cache, tc = _tables_for(tx, tc, cos_cache[flat], sin_cache[flat])
+        pos = np.arange(flat.shape[0], dtype=np.int64).reshape(pos.shape)
+    return _rotate(x, cos_cache, sin_cache, out, tx, tc, layout == "interleaved", inverse, pos)
