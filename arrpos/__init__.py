@@ -20,6 +20,14 @@ from ._data_dependent import (
     forgetting_bias_per_row,
     pope_cos_sin,
 )
+from ._interop import (
+    from_cos_sin_cache,
+    from_freqs_cis,
+    from_rotation_matrices,
+    rotation_matrices,
+    to_cos_sin_cache,
+    to_freqs_cis,
+)
 from ._learned import learned_init, lookup, resample, resample_grids, resize_relative_table
 from ._packed import packed_mask, packed_positions
 from ._vision import CoordAugmentation, augment_coords, coord_augmentation, patch_coords
@@ -48,6 +56,13 @@ __all__ = sorted(
         "sinusoidal",
         "sinusoidal_nd",
         "timestep_embedding",
+        # converters to and from other libraries' rotary tables
+        "from_cos_sin_cache",
+        "from_freqs_cis",
+        "from_rotation_matrices",
+        "rotation_matrices",
+        "to_cos_sin_cache",
+        "to_freqs_cis",
         # model plans and positions (diffusers)
         "DiffusersPositions",
         "from_diffusers_config",
