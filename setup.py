@@ -51,7 +51,9 @@ def _extensions(ext):
         print(f"arrpos: WARNING: {exc}; installing without compiled kernels", file=sys.stderr)
         return []
     ext.include_dirs.append(numpy.get_include())
-    return cythonize([ext], compiler_directives={"language_level": "3"}, include_path=["csrc"])
+    # the generated C++ goes to build/ (ignored, never shipped), not beside the sources
+    return cythonize([ext], compiler_directives={"language_level": "3"}, include_path=["csrc"],
+                     build_dir=os.path.join("build", "cython"))
 
 
 def _flags():

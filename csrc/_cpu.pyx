@@ -1,12 +1,13 @@
 # distutils: language = c++
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False, nonecheck=False
-"""Compiled CPU kernels of arrpos (private; called only by the ``_numpy`` adapter).
+"""Compiled CPU kernels of arrpos (private; called only by the host driver,
+``arrpos._backends.host.driver``).
 
 Thin entry points over the C++ templates of ``csrc/kernels.hpp``: each takes NumPy arrays and
 the storage type codes of their elements (``F32``, ``F64``, ``F16``, ``BF16``: a torch bfloat16
 tensor arrives as uint16 bits), reads shapes and strides straight from the array structs (no
-buffer protocol: a decode-sized call costs well under a microsecond here) and runs the
+buffer protocol, whose setup per call would outweigh a decode-sized call's work) and runs the
 instantiation for those types. The C++ side checks every shape, stride and overlap before it
 writes; what it cannot serve raises ``Unsupported`` (the dispatcher then runs the generic path).
 """
@@ -67,6 +68,11 @@ cdef extern from "kernels.hpp" namespace "arrpos":
         bint stream
     int rope_apply[T, Tc](const ApplyArgs &a) noexcept nogil
     void table[T](TableJob job, int nthreads, Py_ssize_t chunk_bytes) noexcept nogil
+    # what rope_apply returns (kernels.hpp's Status)
+    cdef enum Status:
+        OK
+        UNSUPPORTED
+        BAD_POSITION
     void cpp_stream_copy "arrpos::stream_copy"(char *dst, const char *src, Py_ssize_t n,
                                                int nthreads, Py_ssize_t period) noexcept nogil
     int simd_level() noexcept nogil
@@ -85,12 +91,8 @@ F64 = 1
 F16 = 2
 BF16 = 3
 cdef Py_ssize_t[4] _ITEMSIZE = [4, 8, 2, 2]
-# (x, table) storage pairs with a kernel; the adapter converts other tables first
+# (x, table) storage pairs with a kernel; the front-ends convert other tables first
 APPLY_TYPES = frozenset({(0, 0), (1, 1), (2, 2), (2, 0), (3, 3), (3, 0)})
-
-DEF OK = 0
-DEF UNSUPPORTED = 1
-DEF BAD_POSITION = 2
 
 
 def have_threads():
