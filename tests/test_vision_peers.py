@@ -454,6 +454,35 @@ def test_patch_coords_modes(backend):
     assert backend.to_numpy(ok).sum() == 15 + 4
 
 
+@pytest.mark.parametrize("in_pixels, mode", [(False, "index"), (True, "linspace")])
+def test_patch_coords_naflex_rope(backend, in_pixels, mode):
+    """NaFlex's per-sample axial RoPE: timm ``RotaryEmbeddingCat.get_batch_embeds(shapes,
+    seq_len)`` (``pos_embed_sincos.py``, padded ``[sin | cos]`` per grid: an index grid, or a
+    ``linspace(-1, 1)`` pixel grid per sample) is ``rope_cos_sin`` of ``patch_coords``
+    ((y, x): reversed) with timm's bands, y on the first half of the pairs, masked by
+    ``valid``."""
+    pytest.importorskip("torch")
+    sincos = _timm_layer("pos_embed_sincos")
+    dim, sizes, seq_len = 32, [(4, 9), (3, 3), (6, 5)], 40
+    rope = sincos.RotaryEmbeddingCat(dim, in_pixels=in_pixels, max_res=64, temperature=100.0)
+    ref = rope.get_batch_embeds(sizes, seq_len=seq_len).numpy()
+    bands = rope.bands.double().numpy()
+    n = len(bands)
+    coords, valid = arrpos.patch_coords(sizes, pad_to=seq_len, mode=mode, xp=backend.module,
+                                        dtype="float64" if backend.float64 else "float32")
+    yx = backend.xp.stack([coords[..., 1], coords[..., 0]], axis=-1)
+    cos, sin = arrpos.rope_cos_sin(yx, _floats(backend, np.concatenate([bands, bands])),
+                                   axes=(0,) * n + (1,) * n, layout="interleaved")
+    got = np.concatenate([backend.to_numpy(sin), backend.to_numpy(cos)], -1)
+    got = got * backend.to_numpy(valid)[..., None]
+    top = float(abs(bands).max()) * max(max(h, w) for h, w in sizes)   # timm: float32 angles
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1.2e-7 * top + 2e-7)
+
+
+def _floats(backend, a):
+    return backend.asarray(a if backend.float64 else np.asarray(a, dtype=np.float32))
+
+
 def test_patch_coords_errors():
     with pytest.raises(ValueError, match="pad_to"):
         arrpos.patch_coords([(3, 3)], pad_to=8)
