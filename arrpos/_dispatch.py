@@ -32,17 +32,15 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any, NamedTuple, Protocol
 
 from ._backends import Unsupported, _xp, memory
 from ._backends.ops import OPS
 from ._lib import backend_name
 
-__all__ = ["ADAPTERS", "FRONT_ENDS", "FrontEnd", "Plan", "Unsupported", "adapter",
-           "adapter_status", "call", "call_checked", "candidates", "choose", "clear_caches",
-           "compiled_available", "compiled_threads", "driver", "extensions_disabled",
-           "front_end", "plan", "route", "run"]
+__all__ = ["FRONT_ENDS", "FrontEnd", "Plan", "Unsupported", "call", "candidates",
+           "clear_caches", "compiled_available", "compiled_threads", "driver",
+           "extensions_disabled", "front_end", "front_end_status", "plan"]
 
 # namespace kind (``_lib.backend_name``) -> front-ends (modules of ``arrpos._backends``), in order
 FRONT_ENDS: dict[str, tuple[str, ...]] = {
@@ -51,15 +49,11 @@ FRONT_ENDS: dict[str, tuple[str, ...]] = {
     "cupy": ("cuda.cupy",),
     "dask": ("dask.graph",),
 }
-ADAPTERS = FRONT_ENDS  # (the table's name before the drivers; kept while callers move)
 # the kernel drivers whose state the package reports (``compiled_*``, ``arrpos info``)
 _DRIVERS = {"host": "host.driver", "cuda": "cuda.driver"}
 _ALL = tuple(n for names in FRONT_ENDS.values() for n in names)
 # front-ends that only build task graphs dispatching per chunk: ARRPOS_NO_EXTENSIONS leaves them
 _GRAPHS = frozenset({"dask.graph"})
-# the front-ends' module names before the drivers (``adapter``)
-_FORMER = {"_numpy": "host.numpy", "_torch_cpu": "host.torch_cpu", "_cupy": "cuda.cupy",
-           "_torch_cuda": "cuda.torch_cuda", "_dask": "dask.graph"}
 
 # the choice must not change between two calls of one program
 _DISABLED = os.environ.get("ARRPOS_NO_EXTENSIONS", "") not in ("", "0")
@@ -167,11 +161,21 @@ def call(op: str, xp, /, *args, arrays=None, plan: Plan | None = None, check=Non
     a decode step reads its ids once, not twice. A front-end's late ``Unsupported`` falls back
     to the next, then to ``_xp``.
     """
-    return _along(plan, op, xp, check, args, arrays, options)
+    if plan is None or plan[0] is None or options.get("out") is not None:
+        return _along(plan, op, xp, check, args, arrays, options)
+    fn, validates = plan[0], plan[1]  # a decode step's path: the plan's function, at once
+    if check is not None and not validates:
+        check()
+    try:
+        return fn(*args, xp=xp, **options)
+    except Unsupported:  # a late "no" (strides): the generic code
+        if check is not None and validates:
+            check()
+        return getattr(_xp, op)(*args, xp=xp, **options)
 
 
 def _along(plan, op, xp, check, args, arrays, options):
-    """:func:`call`, its arguments packed."""
+    """:func:`call`, its arguments packed: deciding now, or along a plan with outputs."""
     if plan is None or plan[0] is None:  # decide now
         return _serve(candidates(xp), op, xp, check or _nothing, args,
                       OPS[op].arrays_of(args, options.get("out")) if arrays is None else arrays,
@@ -245,7 +249,7 @@ def clear_caches() -> None:
             mod.cache_clear()
 
 
-def adapter_status() -> dict[str, dict[str, str]]:
+def front_end_status() -> dict[str, dict[str, str]]:
     """For ``arrpos info`` and the tests: each kind's front-ends and whether they import.
 
     Importing a front-end imports its library, so only those already imported, or compiled
@@ -282,35 +286,3 @@ def compiled_threads() -> dict[str, object]:
     if mod is None:
         return {"thread_pool": False, "threads": 1}
     return {"thread_pool": mod.have_threads(), "threads": mod.max_threads()}
-
-
-# ---- the entry points before the plan (kept while their callers move; see plan and call) ----
-
-
-def adapter(name: str):
-    """:func:`front_end` by its former module name (``"_numpy"``) or its new one."""
-    return front_end(_FORMER.get(name, name))
-
-
-def call_checked(op: str, xp, check, /, *args, arrays=None, **kwargs):
-    """``call(op, xp, *args, check=check, ...)``."""
-    return _along(None, op, xp, check, args, arrays, kwargs)
-
-
-def route(op: str, xp, /, arrays=(), **kwargs):
-    """``plan(...)``, or None where it is decided on each call (found without asking)."""
-    mods = candidates(xp)
-    if mods and not mods[0].PER_SIGNATURE:
-        return None
-    p = plan(op, xp, arrays, **kwargs)
-    return None if p.fn is None else p
-
-
-def run(served, op: str, xp, check, /, *args, arrays=None, **kwargs):
-    """``call(op, xp, *args, plan=served, check=check, ...)``."""
-    return _along(served, op, xp, check, args, arrays, kwargs)
-
-
-def choose(op: str, xp, /, arrays=(), **kwargs) -> ModuleType:
-    """``plan(...).module``: the module that serves these arguments now."""
-    return plan(op, xp, arrays, **kwargs).module

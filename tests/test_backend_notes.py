@@ -41,8 +41,7 @@ def _ops(fn):
         if inspect.isfunction(obj) and obj is not fn and (
                 helper.startswith("_") or obj.__module__ == module.__name__):
             src += inspect.getsource(obj)
-    return set(re.findall(r'_dispatch\.(?:call(?:_checked)?|route|plan)\(\s*"(\w+)"', src)) | set(
-        re.findall(r'_dispatch\.run\(\s*[\w.]+,\s*"(\w+)"', src))
+    return set(re.findall(r'_dispatch\.(?:call|plan)\(\s*"(\w+)"', src))
 
 
 def _note(doc):

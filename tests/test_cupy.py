@@ -134,7 +134,7 @@ def cpb():
 def _impl(op, xp, dtype, *arrays):
     arrays = arrays + (None,) * (op == "apply_rope" and len(arrays) == 3)
     kwargs = {} if op == "apply_rope" else {"dtype": dtype}
-    return _dispatch.choose(op, xp, arrays, **kwargs).__name__.rsplit(".", 1)[-1]
+    return _dispatch.plan(op, xp, arrays, **kwargs).module.__name__.rsplit(".", 1)[-1]
 
 
 def _no_ext():

@@ -72,7 +72,7 @@ def test_table_rows_do_not_depend_on_where_the_rows_begin():
 
 def _chosen(op, arrays, **kwargs):
     xp = arrpos._lib.array_namespace(*[a for a in arrays if a is not None])
-    return _dispatch.choose(op, xp, arrays, **kwargs).__name__.rsplit(".", 1)[-1]
+    return _dispatch.plan(op, xp, arrays, **kwargs).module.__name__.rsplit(".", 1)[-1]
 
 
 def test_numpy_chunked_dask_takes_the_dask_front_end():

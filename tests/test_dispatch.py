@@ -19,7 +19,8 @@ NO_EXT = os.environ.get("ARRPOS_NO_EXTENSIONS", "") not in ("", "0")
 def _impl_name(backend, dtype_name):
     dtype = getattr(backend.xp, dtype_name)
     pos = backend.xp.arange(3)
-    mod = _dispatch.choose("sinusoid_table", backend.xp, (pos,), dtype=dtype, layout="split")
+    mod = _dispatch.plan("sinusoid_table", backend.xp, (pos,), dtype=dtype,
+                         layout="split").module
     return mod.__name__.rsplit(".", 1)[-1]
 
 
@@ -51,7 +52,7 @@ def _select_rope(x, cos, sin):
     import array_api_compat
 
     xp = array_api_compat.array_namespace(x)
-    mod = _dispatch.choose("apply_rope", xp, (x, cos, sin, None), layout="half")
+    mod = _dispatch.plan("apply_rope", xp, (x, cos, sin, None), layout="half").module
     return mod.__name__.rsplit(".", 1)[-1]
 
 
@@ -89,7 +90,7 @@ def test_torch_half_precision_takes_kernels():
 def test_env_var_forces_generic():
     code = (
         "import numpy as np, arrpos._dispatch as d, array_api_compat.numpy as xp;"
-        "print(d.choose('sinusoid_table', xp, (np.arange(3),), dtype=np.float32).__name__)"
+        "print(d.plan('sinusoid_table', xp, (np.arange(3),), dtype=np.float32).module.__name__)"
     )
     env = dict(os.environ, ARRPOS_NO_EXTENSIONS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -149,7 +150,7 @@ def _adapter_cases(xp):
     ]
 
 
-@pytest.mark.parametrize("kind", sorted(_dispatch.ADAPTERS))
+@pytest.mark.parametrize("kind", sorted(_dispatch.FRONT_ENDS))
 def test_each_adapter_in_the_table_is_a_twin_of_xp(kind):
     """Every adapter row imports where its library can run, defines ``supports`` and ops with
     _xp's signatures, and agrees with _xp on the calls it accepts."""
@@ -182,9 +183,9 @@ def test_each_adapter_in_the_table_is_a_twin_of_xp(kind):
         assert served >= 3, [m.__name__ for m in mods]
 
 
-def test_adapter_status_lists_every_row():
-    status = _dispatch.adapter_status()
-    assert set(status) == set(_dispatch.ADAPTERS)
+def test_front_end_status_lists_every_row():
+    status = _dispatch.front_end_status()
+    assert set(status) == set(_dispatch.FRONT_ENDS)
     assert status["numpy"]["host.numpy"] == ("disabled by ARRPOS_NO_EXTENSIONS" if NO_EXT
                                              else "available")
 
@@ -207,8 +208,8 @@ def test_ml_dtypes_bfloat16_numpy_arrays_are_first_class():
     ref = f64[0] * f64[1] + rot * f64[2]
     ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(ref), 2.0 ** -126))) - 7)
     assert np.all(np.abs(got.astype(np.float64) - ref) <= ulp / 2 + 1e-12)
-    mod = _dispatch.choose("apply_rope", get_backend("numpy").xp,
-                           (x, cos[:, None], sin[:, None], None), layout="half")
+    mod = _dispatch.plan("apply_rope", get_backend("numpy").xp,
+                         (x, cos[:, None], sin[:, None], None), layout="half").module
     assert mod.__name__.endswith("_xp" if NO_EXT else "host.numpy")
 
 

@@ -255,8 +255,8 @@ def test_record_field_strides_take_the_generic_path():
     x = rec["v"]
     assert x.strides[0] % 8
     cos, sin = _tables(4, 4)
-    mod = _dispatch.choose("apply_rope", namespace_for(np), arrays=(x, cos, sin, None),
-                           layout="half", inverse=False, out=None)
+    mod = _dispatch.plan("apply_rope", namespace_for(np), arrays=(x, cos, sin, None),
+                         layout="half", inverse=False, out=None).module
     if mod is not _xp:  # the compiled kernels: they refuse while preparing the call
         from arrpos._backends import Unsupported
 
@@ -273,8 +273,8 @@ def test_float32_x_with_float64_tables_reaches_the_kernel():
     x = np.random.default_rng(1).standard_normal((2, 6, 3, 8)).astype(np.float32)
     cos, sin = _tables(6, 8)
     c4, s4 = cos[:, None, :], sin[:, None, :]
-    mod = _dispatch.choose("apply_rope", namespace_for(np), arrays=(x, c4, s4, None),
-                           layout="half", inverse=False, out=None)
+    mod = _dispatch.plan("apply_rope", namespace_for(np), arrays=(x, c4, s4, None),
+                         layout="half", inverse=False, out=None).module
     assert mod is not _xp
     want = _rope_ref(x.astype(np.float64), c4, s4)
     np.testing.assert_allclose(arrpos.apply_rope(x, c4, s4), want, atol=1e-6)

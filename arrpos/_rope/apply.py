@@ -4,8 +4,8 @@
 A decoder calls them with the same few signatures on every layer and step, so what the checks
 and the dispatcher decide from a signature is decided once (``_lib.recall``) into a plan:
 :class:`Plan` (the namespace and the dispatcher's route) or, where a kernel may be bound to the
-signature, :class:`CachedPlan` with its :class:`Served` (the route, the bound kernel, whether it
-reads the ids itself). :func:`rotate` and :func:`gather_rotate` are the same rotations with the
+signature, :class:`CachedPlan` with its :class:`Served` (the dispatcher's plan, the bound
+kernel, whether it reads the ids itself). :func:`rotate` and :func:`gather_rotate` are the same rotations with the
 namespace known, for :class:`RoPE`.
 """
 from __future__ import annotations
@@ -32,13 +32,13 @@ class Plan(NamedTuple):
     """What :func:`apply_rope` and :func:`apply_rope_qk` decide from a signature."""
 
     xp: Any  # the namespace
-    route: Any  # ``_dispatch.route``'s answer (None: the dispatcher decides on each call)
+    route: Any  # ``_dispatch.plan``'s answer (its ``fn`` None: decided on each call)
 
 
 class Served(NamedTuple):
     """How :func:`apply_rope_cached` calls of one signature are served."""
 
-    route: Any  # ``_dispatch.route``'s answer (None: the dispatcher decides on each call)
+    route: Any  # ``_dispatch.plan``'s answer (its ``fn`` None: decided on each call)
     bound: Any  # the kernel bound to the signature, a function of (x, cos, sin, ids, out)
     validates: bool  # whether the serving kernel checks the ids itself
 
@@ -52,10 +52,8 @@ class CachedPlan(NamedTuple):
 
 def serving(op, xp, arrays, **options):
     """:class:`Served` of ``op`` for the signature of ``arrays`` and ``options``."""
-    route = _dispatch.route(op, xp, arrays, **options)
-    if route is None:
-        return Served(None, None, False)
-    return Served(route, route[2], route[1])  # route: (function, validates, bound, ...)
+    route = _dispatch.plan(op, xp, arrays, **options)
+    return Served(route, route.bound, route.validates)
 
 
 # signature -> plan memos (``_lib.recall``), one per entry point
@@ -103,8 +101,8 @@ def _apply_plan(xp, x, cos, sin, layout, inverse, out):
     if xp is None:
         xp = array_namespace(x, cos, sin, out, name="x, cos, sin and out")
     _check_apply_args(xp, x, cos, sin, layout, inverse, out)
-    return Plan(xp, _dispatch.route("apply_rope", xp, (x, cos, sin, out), layout=layout,
-                                    inverse=inverse, out=out))
+    return Plan(xp, _dispatch.plan("apply_rope", xp, (x, cos, sin, out), layout=layout,
+                                   inverse=inverse, out=out))
 
 
 def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
@@ -181,8 +179,8 @@ def rotate(xp, x, cos, sin, layout, inverse, out):
     plan = recall(_APPLY_PLANS, _apply_key, _apply_plan, xp, x, cos, sin, layout, inverse, out)
     if out is not None:
         check_out_memory(out)  # (one that overlaps the inputs: _dispatch's rule)
-    return _dispatch.run(plan.route, "apply_rope", plan.xp, None, x, cos, sin,
-                         arrays=(x, cos, sin, out), layout=layout, inverse=inverse, out=out)
+    return _dispatch.call("apply_rope", plan.xp, x, cos, sin, arrays=(x, cos, sin, out),
+                          plan=plan.route, layout=layout, inverse=inverse, out=out)
 
 
 def _check_cached_args(xp, x, cos_cache, sin_cache, position_ids, layout, inverse, out):
@@ -341,9 +339,9 @@ def gather_rotate(served, xp, check, x, cos_cache, sin_cache, ids, layout, inver
             return bound(x, cos_cache, sin_cache, ids, out)
         except _dispatch.Unsupported:  # (strides its kernel does not take) the general route
             pass
-    return _dispatch.run(served.route, "apply_rope_cached", xp, check, x, cos_cache, sin_cache,
-                         ids, arrays=(x, cos_cache, sin_cache, ids, out), layout=layout,
-                         inverse=inverse, out=out)
+    return _dispatch.call("apply_rope_cached", xp, x, cos_cache, sin_cache, ids,
+                          arrays=(x, cos_cache, sin_cache, ids, out), plan=served.route,
+                          check=check, layout=layout, inverse=inverse, out=out)
 
 
 def _check_pair(out):
@@ -366,8 +364,8 @@ def _qk_plan(q, k, cos, sin, layout, inverse, q_out, k_out, pair):
     xp = array_namespace(q, k, cos, sin, q_out, k_out, name="q, k, cos, sin and out")
     _check_apply_args(xp, q, cos, sin, layout, inverse, q_out, out_name="out[0]", x_name="q")
     _check_apply_args(xp, k, cos, sin, layout, inverse, k_out, out_name="out[1]", x_name="k")
-    return Plan(xp, _dispatch.route("apply_rope_qk", xp, (q, k, cos, sin, q_out, k_out),
-                                    layout=layout, inverse=inverse, out=pair))
+    return Plan(xp, _dispatch.plan("apply_rope_qk", xp, (q, k, cos, sin, q_out, k_out),
+                                   layout=layout, inverse=inverse, out=pair))
 
 
 def apply_rope_qk(q, k, cos, sin, /, *, layout="half", inverse=False, out=None):
@@ -432,6 +430,6 @@ def apply_rope_qk(q, k, cos, sin, /, *, layout="half", inverse=False, out=None):
                   pair)
     check_out_memory(q_out, "out[0]")
     check_out_memory(k_out, "out[1]")
-    return _dispatch.run(plan.route, "apply_rope_qk", plan.xp, None, q, k, cos, sin,
-                         arrays=(q, k, cos, sin, q_out, k_out), layout=layout,
-                         inverse=inverse, out=pair)
+    return _dispatch.call("apply_rope_qk", plan.xp, q, k, cos, sin,
+                          arrays=(q, k, cos, sin, q_out, k_out), plan=plan.route, layout=layout,
+                          inverse=inverse, out=pair)

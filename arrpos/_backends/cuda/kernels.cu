@@ -2,7 +2,7 @@
 // or gathered from half-width caches at position ids), ALiBi bias.
 //
 // Compiled at run time by cupy.RawModule (NVRTC) with the options and name expressions of
-// arrpos._backends._cupy.module_spec(); at CI time by .ci/check_nvrtc.sh through the same
+// arrpos._backends.cuda.driver.module_spec(); at CI time by .ci/check_nvrtc.sh through the same
 // function and cupy.cuda.compiler, and by .ci/check_nvcc.sh with nvcc. Plain C++ templates,
 // no extern "C".
 //
@@ -17,7 +17,7 @@
 // (tests/cuda_emulation.py) computes the same bits. .ci/check_nvrtc.sh checks that the PTX
 // holds no .ftz instruction.
 //
-// Launch shape (set by the adapter): blockDim.x threads walk the items of one row (the fastest
+// Launch shape (set by the driver): blockDim.x threads walk the items of one row (the fastest
 // axis, so a warp reads and writes consecutive addresses), blockDim.y rows per block, the grid's
 // x axis strides over rows and its y axis splits each row into chunks of `chunk` items (wide,
 // short work such as an ALiBi decode row of 32k keys). No integer division per element.
@@ -32,7 +32,7 @@ struct bfloat16 {  // layout of __nv_bfloat16
 };
 
 // Frequencies of the sinusoid table, passed by value in the kernel parameters: no host-to-device
-// copy, so a launch is legal inside CUDA graph capture. The adapter launches once per block of
+// copy, so a launch is legal inside CUDA graph capture. The driver launches once per block of
 // ARRPOS_FREQ_BLOCK frequencies (3 KiB of the 4 KiB parameter space). Indexed in place in the
 // parameter space (ld.param with a register address; .ci/check_nvrtc.sh fails on a copy to
 // local memory), without __grid_constant__, which would need sm_70.
@@ -330,7 +330,7 @@ rope_cos_sin(T *__restrict__ cos_out, T *__restrict__ sin_out, const double *__r
 // Fused RoPE: out = x * cos + rotate(x) * sin over the first 2 * half_rot features of each row,
 // with the remaining `copy_cols` features copied (0 when out is x: in place, nothing to copy).
 //
-// Rows are the (up to four, after the adapter merged what it could) leading axes of out:
+// Rows are the (up to four, after the driver merged what it could) leading axes of out:
 // row = ((i0 * n1 + i1) * n2 + i2) * n3 + i3. Every array has its own element strides for them
 // (0 where it is broadcast: cos/sin over batch and heads, x over a broadcast batch) and for the
 // feature axis. x and out may be the same memory (in place); each pair is read completely
@@ -338,7 +338,7 @@ rope_cos_sin(T *__restrict__ cos_out, T *__restrict__ sin_out, const double *__r
 // therefore not __restrict__.
 // layout 0: half (pairs j, j + half_rot), 1: interleaved (pairs 2j, 2j + 1).
 // inverse != 0 rotates back (sin -> -sin).
-// I: the offset type, int when the adapter found every offset below 2**31 (cheaper index
+// I: the offset type, int when the driver found every offset below 2**31 (cheaper index
 // arithmetic), else long long.
 
 struct strides4 {  // element strides of the four row axes and the feature axis
@@ -396,7 +396,7 @@ __device__ __forceinline__ void rotate_pair(const T *xr, T *orow, I a, I b, I xs
 }
 
 // Two pairs per thread through aligned vector loads and stores, when every feature stride is 1
-// and the adapter found every row start aligned to the pack (vec != 0): half layout, pairs
+// and the driver found every row start aligned to the pack (vec != 0): half layout, pairs
 // (j, j + h) and (j + 1, j + h + 1), two 2-element packs; interleaved, four consecutive
 // elements. The arithmetic is rotate_pair's, element for element.
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) pack {
@@ -532,7 +532,7 @@ apply_rope(const T *x, T *out, const T *__restrict__ cos_t, const T *__restrict_
 // Fused RoPE from half-width caches (ONNX RotaryEmbedding): pair j of a row turns by
 // cos_c[id, j] and sin_c[id, j] with id = ids[row] (int64, broadcast through zero strides),
 // i.e. apply_rope on the widened gathered tables without materialising them. Ids are clamped
-// into [0, max_pos) so that no thread reads outside the caches; the adapter's caller has
+// into [0, max_pos) so that no thread reads outside the caches; the driver's caller has
 // checked them. Cache strides in elements: row (cr, sr) and column (cc, sc).
 
 // Two pairs per thread (vec != 0: feature and cache column strides 1, rows aligned): one
