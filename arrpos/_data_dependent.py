@@ -375,6 +375,11 @@ def cope_positions(scores, mask=None, /, *, causal=True, max_position=None):
     ValueError
         ``q > k`` with ``causal``; shapes that do not broadcast; ``max_position < 0``.
 
+    Notes
+    -----
+    A reverse cumulative sum of the gates along the keys, in float64 where the backend has
+    it, rounded once. Backend support: generic Array API code.
+
     Examples
     --------
     >>> import numpy as np, arrpos

@@ -118,6 +118,11 @@ def to_freqs_cis(cos, sin, /, *, layout="half"):
         An odd width, tables of different shapes or dtypes, or (eager arrays) tables whose two
         copies of each angle differ (not in ``layout``); an unknown ``layout``.
 
+    Notes
+    -----
+    Backend support: generic Array API code (slices and stacks; the layout check reads eager
+    arrays).
+
     Examples
     --------
     >>> import numpy as np, arrpos
@@ -156,6 +161,10 @@ def from_freqs_cis(freqs_cis, /, *, layout="half"):
         ``freqs_cis`` not complex.
     ValueError
         An unknown ``layout``; a 0-d ``freqs_cis``.
+
+    Notes
+    -----
+    Backend support: generic Array API code (slices and stacks).
 
     Examples
     --------
@@ -196,6 +205,11 @@ def to_cos_sin_cache(cos, sin, /, *, layout="half"):
     TypeError, ValueError
         As :func:`to_freqs_cis`.
 
+    Notes
+    -----
+    Backend support: generic Array API code (slices and stacks; the layout check reads eager
+    arrays).
+
     Examples
     --------
     >>> import numpy as np, arrpos
@@ -234,6 +248,10 @@ def from_cos_sin_cache(cache, /, *, layout="half"):
         ``cache`` not real floating.
     ValueError
         An odd last axis; an unknown ``layout``.
+
+    Notes
+    -----
+    Backend support: generic Array API code (slices and stacks).
 
     Examples
     --------
@@ -275,6 +293,11 @@ def rotation_matrices(cos, sin, /, *, layout="half"):
     TypeError, ValueError
         As :func:`to_freqs_cis`.
 
+    Notes
+    -----
+    Backend support: generic Array API code (slices and stacks; the layout check reads eager
+    arrays).
+
     Examples
     --------
     >>> import numpy as np, arrpos
@@ -312,6 +335,11 @@ def from_rotation_matrices(matrices, /, *, layout="half"):
     ValueError
         Trailing axes that are not ``(2, 2)``; (eager arrays) matrices that are not of the
         form ``[[c, -s], [s, c]]``; an unknown ``layout``.
+
+    Notes
+    -----
+    Backend support: generic Array API code (slices and stacks; the rotation check reads
+    eager arrays).
 
     Examples
     --------

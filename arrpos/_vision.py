@@ -201,6 +201,7 @@ class CoordAugmentation:
 
     Calling it on coordinates ``(..., n)`` applies it (computed in float64 where the backend
     has it, rounded once to the coordinates' floating dtype or to ``dtype``).
+    Backend support: generic Array API code.
 
     Examples
     --------
@@ -289,6 +290,7 @@ def coord_augmentation(n_axes, /, *, shift=None, jitter=None, rescale=None, seed
     -----
     torch draws from its own generator, so a seed here does not give torch's draws; to
     replay a peer's draws, build :class:`CoordAugmentation` from them.
+    Backend support: host draws (NumPy's generator); no array is made.
 
     Examples
     --------
@@ -345,6 +347,10 @@ def augment_coords(coords, /, *, shift=None, jitter=None, rescale=None, seed=Non
     ------
     TypeError, ValueError
         As :func:`coord_augmentation`; ``coords`` not a real array with at least one axis.
+
+    Notes
+    -----
+    Backend support: host draws, then generic Array API code.
 
     Examples
     --------
