@@ -123,10 +123,6 @@ def candidates(xp) -> tuple:
     return mods
 
 
-def _arrays(op, args, arrays, options):
-    return OPS[op].arrays_of(args, options.get("out")) if arrays is None else arrays
-
-
 def plan(op: str, xp, /, arrays=(), **options) -> Plan:
     """How every call of ``op`` with this signature (the types, shapes, dtypes and devices of
     ``arrays``, and ``options``) is served, for callers that memoise it per signature: the
