@@ -12,6 +12,6 @@ ARRPOS_NO_OPENMP=1 ARRPOS_REQUIRE_EXTENSION=1 python setup.py -q build_ext --inp
 PYTHONPATH="$tmp" python -c "
 import arrpos._backends._cpu as c
 assert c.__file__.startswith('$tmp'), c.__file__
-assert not c.have_openmp() and c.max_threads() == 1, 'OpenMP crept in'
+assert not c.have_threads() and c.max_threads() == 1, 'OpenMP crept in'
 print('built without OpenMP:', c.__file__)"
 PYTHONPATH="$tmp" python -m pytest -q -p no:cacheprovider tests/test_equivalence.py

@@ -165,7 +165,8 @@ def overlap(a, b) -> str:
     if _same_view(a, b):
         return "same"
     try:
-        return "partial" if np.shares_memory(a, b, max_work=_MAX_WORK) else "none"
+        meet = np.shares_memory(a, b, max_work=_MAX_WORK)  # type: ignore[arg-type]
+        return "partial" if meet else "none"
     except np.exceptions.TooHardError:
         return "partial"
 

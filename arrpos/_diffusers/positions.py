@@ -18,7 +18,7 @@ import numpy as np
 
 from . import image, seq, sincos, video
 from .._absolute import sinusoidal
-from .spec import Reader, Refusal
+from .spec import Reader, Refusal, Spec
 from .._lib import (
     array_namespace,
     check_array,
@@ -172,6 +172,8 @@ class DiffusersPositions:
     """
 
     __slots__ = ("_spec", "_config")
+    _spec: Spec
+    _config: dict
 
     def __init__(self, spec, config):
         object.__setattr__(self, "_spec", spec)

@@ -14,8 +14,12 @@ import dataclasses
 import math
 import numbers
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .._rope import RoPE
 
 __all__ = ["Block", "Chunk", "Refusal", "Spec", "Reader", "powers", "grid", "axis_blocks"]
 
@@ -76,7 +80,7 @@ class Spec:
     transform: tuple | None = None
     attention_factor: float = 1.0
     heads: int | None = None       # per-head frequencies (LTX-2 "split")
-    rope: object = None            # a 1-D arrpos RoPE instead of blocks (OmniGen's LongRoPE)
+    rope: RoPE | None = None       # a 1-D arrpos RoPE instead of blocks (OmniGen's LongRoPE)
     order: str = ""                # how the ids are laid out, for the reader
 
     @property

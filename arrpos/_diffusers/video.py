@@ -225,11 +225,13 @@ def _kandinsky(r, scale_key=None, default_dims=(16, 24, 24)):
     if scale_key:  # the config fixes the scale
         fixed = np.asarray([float(s) for s in r.get(scale_key, (1.0, 2.0, 2.0))])
 
-        def ids(*, frames, height, width):
+        def fixed_ids(*, frames, height, width):
             return _video(frames, height, width) / fixed
+        ids = fixed_ids
     else:
-        def ids(*, frames, height, width, scale_factor=(1.0, 1.0, 1.0)):
+        def scaled_ids(*, frames, height, width, scale_factor=(1.0, 1.0, 1.0)):
             return _video(frames, height, width) / np.asarray(scale_factor, dtype=float)
+        ids = scaled_ids
     return Spec(r.name, "rope", ids, 3, axis_blocks(dims, 10000.0), sum(dims),
                 order="video tokens, scaled by scale_factor (the text blocks use a 1-D RoPE)")
 

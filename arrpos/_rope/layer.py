@@ -33,7 +33,7 @@ from .decode import DecodeTables, clear_tables, decode_step
 from .frequencies import frequency_array, host_frequencies, rope_frequencies
 from .hf_config import rope_from_config
 from .position_scales import PositionScale
-from .scaling import check_scaling
+from .scaling import RopeScaling, check_scaling
 from .tables import check_axes, cos_sin_tables, table_args
 
 __all__ = ["RoPE"]
@@ -103,6 +103,17 @@ class RoPE:
     __slots__ = ("head_dim", "base", "scaling", "partial_rotary_factor", "layout", "axes",
                  "rotary_dim", "inverse", "attention_scale", "position_scale", "_tables",
                  "__weakref__")
+    head_dim: int
+    base: float
+    scaling: RopeScaling | None
+    partial_rotary_factor: float
+    layout: str
+    axes: tuple[int, ...] | None
+    rotary_dim: int
+    inverse: bool
+    attention_scale: float
+    position_scale: PositionScale | None
+    _tables: DecodeTables
 
     def __init__(self, head_dim, *, base=10000.0, scaling=None, partial_rotary_factor=1.0,
                  layout="half", axes=None, inverse=False, attention_scale=1.0,

@@ -386,8 +386,9 @@ class LongRopeScaling(RopeScaling):
         self._set("long_mscale", _optional_real(long_mscale, "long_mscale", positive=True))
 
     def _attention_factor(self, use_long: bool) -> float:
-        if self.short_mscale is not None:
-            return self.long_mscale if use_long else self.short_mscale
+        short, long = self.short_mscale, self.long_mscale  # given together or not at all
+        if short is not None and long is not None:
+            return long if use_long else short
         if self.attention_factor is not None:
             return self.attention_factor
         factor = self.factor
