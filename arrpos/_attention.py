@@ -26,7 +26,7 @@ from ._lib import (
     is_unreadable,
     work_float,
 )
-from ._relative import check_shaw_key, check_shaw_value, shaw_key, shaw_value
+from ._relative.scores import check_shaw_key, check_shaw_value, shaw_key, shaw_value
 
 __all__ = ["PositionProperties", "attention", "properties", "similarity"]
 
