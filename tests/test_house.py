@@ -111,3 +111,14 @@ def test_no_import_cycle():
                     seen.add(nxt)
                     stack.append((nxt, path + (nxt,)))
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_over_800_lines():
+    """A module a reader can hold: one past 800 lines becomes a wing (a subpackage whose file
+    names say their jobs), as _rope/, _relative/ and _diffusers/ did."""
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
