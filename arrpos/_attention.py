@@ -82,7 +82,9 @@ def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, rel
     -----
     The scale multiplies ``q`` before ``q k^T`` (as torch's ``scaled_dot_product_attention``
     does), and 16-bit inputs are computed in float32 and rounded once: float16 ``q k^T``
-    overflows at 65504 where the scaled scores do not.
+    overflows at 65504 where the scaled scores do not. Scaled scores past the working dtype's
+    range (a ``scale`` near its maximum) give NaN rows, as torch's does: infinite scores have no
+    softmax, and rounding them to a finite one would pick an answer.
     Backend support: generic Array API code on every namespace; gradients flow.
 
     Examples
