@@ -32,7 +32,7 @@ N_POS = 12          # dummy positions per sequence, all < MAX_POS
 MAX_POS = 64
 ATOL = 2e-5         # transformers forms float32 angles: ~|p| * 2**-24 rad at p < 64
 PINNED = "5.24."  # the transformers release MIN_PASSING was counted on (the test extra's pin)
-MIN_PASSING = 299  # the pass count on transformers 5.24 (of 306 rotary types): no regressions
+MIN_PASSING = 300  # the pass count on transformers 5.24 (of 306 rotary types): no regressions
 REFUSALS = (ValueError, NotImplementedError)
 # Default configs transformers' own rotary cannot run, and the values the model's checkpoint
 # (named in its configuration file) carries: checked with those instead. GLM-4 text models
@@ -400,8 +400,21 @@ def _grid_efficientloftr(module, emb, sub, q_of):
     return coords, cos[0], sin[0], q, out, -2
 
 
+def _grid_gemma4_vision(module, emb, sub, q_of):
+    """Gemma 4 vision: (h, w) patch positions, padding patches at -1 (as the model passes
+    them); each half of the head rotates half-wise on its own (apply_multidimensional_rope)."""
+    torch, _, _ = _transformers()
+    rng = np.random.default_rng(4)
+    coords = np.concatenate([rng.integers(0, 48, size=(N_POS - 2, 2)), [[-1, -1], [-1, -1]]])
+    q = q_of(len(coords), emb.inv_freq.shape[-1] * 4)
+    ids = torch.as_tensor(coords)[None]
+    cos, sin = emb(q, ids)
+    return coords, cos[0], sin[0], q, module.apply_multidimensional_rope(q, cos, sin, ids), -2
+
+
 # vision rotaries driven by the patch coordinates the model computes: the harness gives them
-GRIDS = {"llama4_vision_model": _grid_llama4_vision, "eomt_dinov3": _grid_eomt_dinov3,
+GRIDS = {"gemma4_vision": _grid_gemma4_vision,
+         "llama4_vision_model": _grid_llama4_vision, "eomt_dinov3": _grid_eomt_dinov3,
          "efficientloftr": _grid_efficientloftr}
 
 

@@ -108,6 +108,9 @@ _AXIAL = {
     "kimi_k25_vision": ("pairs", (1, 0), "half"),
     "pixtral": ("strided", (0, 1), "half"),
     "minimax_m3_vl_vision": ("blocks", (0, 1, 2), "half"),
+    # Gemma 4 vision: h and w halves of the head, each rotated half-wise on its own
+    # (apply_multidimensional_rope)
+    "gemma4_vision": ("blocks", (0, 1), "blocks"),
 }
 # model types whose rotate_half has flipped signs: they rotate by -theta (RoPE(inverse=True))
 _INVERSE = frozenset({"nanochat"})
@@ -133,6 +136,11 @@ _GRID = {
     "efficientloftr": ("hidden", AxialScaling(2, "pairs"), "interleaved"),
 }
 
+# model types whose apply rotates the LAST rotary_dim features of each head ([nope | rope]):
+# DeepSeek-V4's apply_rotary_pos_emb (x[..., -rope_dim:]); the width is
+# int(head_dim * partial_rotary_factor), that factor defaulting to qk_rope_head_dim / head_dim
+_ROTARY_LAST = frozenset({"deepseek_v4"})
+
 # SAM 2's memory attention: the rotary width is its own
 _MEMORY_ATTENTION = frozenset({"sam2_video", "edgetam_video", "sam3_tracker_video"})
 
@@ -140,10 +148,6 @@ _MEMORY_ATTENTION = frozenset({"sam2_video", "edgetam_video", "sam3_tracker_vide
 _HUNYUAN = ("multimodal sections cut from the doubled table (cos[i] and cos[i + d/2] may turn "
             "with different axes)")
 _UNSUPPORTED = {
-    "gemma4_vision": "an axial rotary whose h and w halves of the head each rotate half-wise "
-                     "(pairs j, j + head_dim/4 within each half), a layout RoPE does not have; "
-                     "apply a RoPE(head_dim // 2) at h to x[..., :head_dim // 2] and one at w to "
-                     "the rest",
     "esmfold2": "a 3-D rotary over atom coordinates",
     "musicflamingo": "a rotary time embedding modulated by absolute timestamps",
     "hunyuan_vl": _HUNYUAN,
@@ -430,7 +434,10 @@ def _head_dim(config, model_type):
         return width, "memory_attention_hidden_size"
     if model_type == "qwen2_vl_vision":  # its hidden_size is the merger's output
         return config["embed_dim"] // config["num_heads"], "embed_dim"
-    for key in ("qk_rope_head_dim", "head_dim", "attention_head_dim", "kv_channels"):
+    keys = ("qk_rope_head_dim", "head_dim", "attention_head_dim", "kv_channels")
+    if model_type in _ROTARY_LAST:  # the whole head: the rotary part is its last features
+        keys = keys[1:]
+    for key in keys:
         if config.get(key):
             return config[key], key
     hidden, heads = _first(config, _HIDDEN_KEYS), _first(config, _HEAD_COUNT_KEYS)
@@ -446,6 +453,9 @@ def _partial_rotary_factor(rp, config, head_dim, width_key, scaling, model_type)
         return 3 * 2 * ((head_dim // 3) // 2) / head_dim
     if model_type == "clvp_encoder":  # ClvpRotaryPositionalEmbedding's own width
         return max(config["projection_dim"] // (config["num_attention_heads"] * 2), 32) / head_dim
+    if model_type in _ROTARY_LAST and rp.get("partial_rotary_factor") is None and config.get(
+            "qk_rope_head_dim"):  # DeepseekV4Config: qk_rope_head_dim / head_dim
+        return config["qk_rope_head_dim"] / head_dim
     if width_key == "qk_rope_head_dim" or (scaling is not None and scaling.full_width):
         return 1.0  # MLA: the rotary is the qk_rope_head_dim slice; proportional: full table
     if config.get("rotary_dim") and model_type in _ROTARY_DIM_TYPES:
@@ -600,7 +610,8 @@ def _rope_arguments(config, layer_type, model_type):
     position_scale, attention_scale = query_scale_of(model_type, config, rp, True)
     return head_dim, dict(base=base, scaling=scaling, partial_rotary_factor=prf,
                           layout=layout, axes=axes, inverse=rules in _INVERSE,
-                          attention_scale=attention_scale, position_scale=position_scale)
+                          attention_scale=attention_scale, position_scale=position_scale,
+                          rotary_part="last" if rules in _ROTARY_LAST else "first")
 
 
 def _grid_arguments(config, model_type):

@@ -18,6 +18,7 @@ from .._lib import (
     check_array,
     check_choice,
     check_dtype_arg,
+    check_out_memory,
     check_positive_int,
     check_real_scalar,
     detached,
@@ -28,7 +29,7 @@ from .._lib import (
     output_dtype,
 )
 from .apply import rotate
-from .checks import LAYOUTS, check_fit, heads_axis_from_end
+from .checks import LAYOUTS, check_fit, check_out, heads_axis_from_end
 from .decode import DecodeTables, clear_tables, decode_step
 from .frequencies import frequency_array, host_frequencies, rope_frequencies
 from .hf_config import rope_from_config
@@ -68,6 +69,19 @@ class RoPE:
     position_scale : PositionScale, optional
         The per-position scale of the layer's queries (:meth:`query_scale`); recorded for the
         caller, not applied by :meth:`apply`.
+    rotary_part : {"first", "last"}, optional
+        Where the rotated ``rotary_dim`` features sit in each head: the first ones (partial
+        rotary of GPT-NeoX, Phi, ...) or the last ones (DeepSeek-V4 lays a head out as
+        ``[nope | rope]``); the others pass through.
+    rotate_num_heads : int, optional
+        Rotate only the last ``rotate_num_heads`` heads of ``x`` (x-transformers
+        ``Attention(rotate_num_heads=...)``); the others pass through. :meth:`apply` then
+        needs ``heads_axis``.
+
+    With ``layout="blocks"`` (and ``axes``), each run of frequencies turning with one
+    coordinate rotates half-wise inside its own contiguous block of the rotary width, pairs
+    ``(j, j + w/2)`` of a block of width ``w`` (Gemma 4 vision); the
+    runs must be of equal length. Its tables hold each block's ``cat(f, f)`` in turn.
 
     Notes
     -----
@@ -101,8 +115,8 @@ class RoPE:
     # _tables: this RoPE's decode caches (a decode.DecodeTables: never pickled, copied or
     # compared)
     __slots__ = ("head_dim", "base", "scaling", "partial_rotary_factor", "layout", "axes",
-                 "rotary_dim", "inverse", "attention_scale", "position_scale", "_tables",
-                 "__weakref__")
+                 "rotary_dim", "inverse", "attention_scale", "position_scale", "rotary_part",
+                 "rotate_num_heads", "_tables", "_inner", "_blocks", "__weakref__")
     head_dim: int
     base: float
     scaling: RopeScaling | None
@@ -113,11 +127,15 @@ class RoPE:
     inverse: bool
     attention_scale: float
     position_scale: PositionScale | None
+    rotary_part: str
+    rotate_num_heads: int | None
     _tables: DecodeTables
+    _inner: RoPE | None
+    _blocks: tuple[int, ...] | None
 
     def __init__(self, head_dim, *, base=10000.0, scaling=None, partial_rotary_factor=1.0,
                  layout="half", axes=None, inverse=False, attention_scale=1.0,
-                 position_scale=None):
+                 position_scale=None, rotary_part="first", rotate_num_heads=None):
         head_dim = check_positive_int(head_dim, "head_dim")
         attention_scale = check_real_scalar(attention_scale, "attention_scale", positive=True)
         if position_scale is not None and not isinstance(position_scale, PositionScale):
@@ -136,17 +154,35 @@ class RoPE:
                 f"int(head_dim * partial_rotary_factor) = int({head_dim} * {prf}) = {rotary_dim} "
                 f"must be even, >= 2 and <= {MAX_DIM}"
             )
-        layout = check_choice(layout, "layout", LAYOUTS)
+        layout = check_choice(layout, "layout", LAYOUTS + ("blocks",))
         if axes is not None:
             # the number of coordinates is known only with the positions (checked in cos_sin)
             axes = check_axes(axes, rotary_dim // 2, float("inf"))
+        rotary_part = check_choice(rotary_part, "rotary_part", ("first", "last"))
+        if rotate_num_heads is not None:
+            rotate_num_heads = check_positive_int(rotate_num_heads, "rotate_num_heads")
         for name, value in (("head_dim", head_dim), ("base", base), ("scaling", scaling),
                             ("partial_rotary_factor", prf), ("layout", layout), ("axes", axes),
                             ("rotary_dim", rotary_dim), ("inverse", inverse),
                             ("attention_scale", attention_scale),
-                            ("position_scale", position_scale)):
+                            ("position_scale", position_scale), ("rotary_part", rotary_part),
+                            ("rotate_num_heads", rotate_num_heads)):
             object.__setattr__(self, name, value)
+        self._derive()
+
+    def _derive(self):
+        """The caches and, for a RoPE that rotates a selection of ``x`` (its last features,
+        some heads, blocks), the plain RoPE that rotates the selection itself."""
         object.__setattr__(self, "_tables", DecodeTables(self._fields()))
+        blocks = _block_columns(self.layout, self.axes, self.rotary_dim)
+        object.__setattr__(self, "_blocks", blocks)
+        selects = (self.rotary_part == "last" and self.rotary_dim < self.head_dim) or (
+            self.rotate_num_heads is not None)
+        inner = None
+        if selects and blocks is None:
+            inner = RoPE(self.rotary_dim, base=self.base, scaling=self.scaling,
+                         layout=self.layout, axes=self.axes, inverse=self.inverse)
+        object.__setattr__(self, "_inner", inner)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"RoPE is immutable; make a new one (cannot set {name})")
@@ -156,6 +192,9 @@ class RoPE:
         extra += ", inverse=True" if self.inverse else ""
         extra += "" if self.attention_scale == 1.0 else f", attention_scale={self.attention_scale}"
         extra += "" if self.position_scale is None else f", position_scale={self.position_scale!r}"
+        extra += "" if self.rotary_part == "first" else f", rotary_part={self.rotary_part!r}"
+        extra += ("" if self.rotate_num_heads is None
+                  else f", rotate_num_heads={self.rotate_num_heads}")
         return (f"RoPE({self.head_dim}, base={self.base}, scaling={self.scaling!r}, "
                 f"partial_rotary_factor={self.partial_rotary_factor}, layout={self.layout!r}"
                 f"{extra})")
@@ -178,9 +217,10 @@ class RoPE:
         return dict(zip(_FIELDS, self._fields()))
 
     def __setstate__(self, state):
+        state = {"rotary_part": "first", "rotate_num_heads": None, **state}  # older pickles
         for name, value in state.items():
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "_tables", DecodeTables(self._fields()))
+        self._derive()
 
     def query_scale(self, positions, /, *, dtype=None):
         """The per-position scale this layer's queries get (multiply the queries, or the
@@ -227,21 +267,24 @@ class RoPE:
         elif self.scaling is not None and self.scaling.seq_dependent:
             seq_len = self._seq_len_from(xp, pos)
         cos, sin = self._cos_sin(xp, pos, dev, dtype, seq_len)
+        if self._blocks is not None:  # each block's cat(f, f) in turn
+            columns = xp.asarray(self._blocks, device=dev)
+            cos, sin = xp.take(cos, columns, axis=-1), xp.take(sin, columns, axis=-1)
         return (cos, -sin) if self.inverse else (cos, sin)
 
     def _cos_sin(self, xp, pos, dev, dtype, seq_len):
+        layout = "half" if self.layout == "blocks" else self.layout  # permuted by the caller
         if has_float64(xp, dev):  # float64 frequencies: the angles are exact
             inv, att = frequency_array(xp, self.rotary_dim, self.base, self.scaling, seq_len,
                                        xp.float64, dev)
-            return cos_sin_tables(xp, *table_args(xp, pos, inv, self.layout, att, self.axes,
-                                                  dtype))
+            return cos_sin_tables(xp, *table_args(xp, pos, inv, layout, att, self.axes, dtype))
         # No float64 here (JAX without x64): carry the host float64 frequencies as a float32
         # pair hi + lo, or the angles would be those of float32-rounded frequencies (1e-4 rad
         # off at position 3000).
         inv64, att = host_frequencies(self.rotary_dim, self.base, self.scaling, seq_len)
         w_hi, w_lo = _dispatch.call("frequency_arrays", xp, inv64, None, device=dev)
-        pos, _, layout, att, axes, dtype = table_args(xp, pos, w_hi, self.layout, att,
-                                                      self.axes, dtype)
+        pos, _, layout, att, axes, dtype = table_args(xp, pos, w_hi, layout, att, self.axes,
+                                                      dtype)
         return _dispatch.call("rope_cos_sin_pair", xp, pos, w_hi, w_lo, arrays=(pos,),
                               layout=layout, attention_factor=att, axes=axes, dtype=dtype)
 
@@ -313,6 +356,8 @@ class RoPE:
         :func:`arrpos.clear_caches`; threads may share a RoPE. Real, negative, lazy positions
         and multimodal ``axes`` take the table path.
         """
+        if self._inner is not None or self._blocks is not None:
+            return self._apply_selected(x, positions, heads_axis, inverse, out, seq_len)
         y = decode_step(self, self._tables, x, positions, heads_axis, inverse, out, seq_len)
         if y is not None:  # integer positions: one gather-and-rotate from the cached tables
             return y
@@ -332,6 +377,66 @@ class RoPE:
             cos = xp.expand_dims(cos, axis=cos.ndim + ax + 1)
             sin = xp.expand_dims(sin, axis=sin.ndim + ax + 1)
         return rotate(xp, x, cos, sin, self.layout, inverse, out)
+
+    def _apply_selected(self, x, positions, heads_axis, inverse, out, seq_len):
+        """:meth:`apply` of a RoPE that rotates a selection of ``x``: its last features, its
+        last ``rotate_num_heads`` heads or blocks; the rest of ``x`` passes through."""
+        xp = array_namespace(x, positions, out, name="x, positions and out")
+        check_array(xp, x, "x", kind="floating")
+        ax = heads_axis_from_end(heads_axis, x)
+        if not hasattr(positions, "shape"):
+            positions = as_positions(xp, positions, "positions", device=device_of(x))
+        pad = check_fit(self, x, positions, heads_axis, ax)
+        check_out(xp, x, out)
+        if out is not None:
+            check_out_memory(out)
+        part, kept = x, None
+        if self.rotate_num_heads is not None:
+            if ax is None:
+                raise ValueError(f"heads_axis is None, but {self!r} rotates only its last "
+                                 f"{self.rotate_num_heads} heads: name the heads axis of x")
+            heads = x.shape[ax]
+            if self.rotate_num_heads > heads:
+                raise ValueError(f"rotate_num_heads = {self.rotate_num_heads} exceeds the "
+                                 f"{heads} heads of x (shape {tuple(x.shape)}, heads_axis="
+                                 f"{heads_axis})")
+            lead = (slice(None),) * (x.ndim + ax)
+            split = heads - self.rotate_num_heads
+            kept, part = x[lead + (slice(0, split),)], x[lead + (slice(split, heads),)]
+        width, r = x.shape[-1], self.rotary_dim
+        start = width - r if self.rotary_part == "last" else 0
+        sub = part[..., start:start + r]
+        if self._blocks is None:
+            assert self._inner is not None
+            rot = self._inner.apply(sub, positions, heads_axis=ax, inverse=inverse,
+                                    seq_len=seq_len)
+        else:
+            if pad:
+                positions = xp.reshape(positions, (1,) * pad + tuple(positions.shape))
+            rot = self._rotate_blocks(xp, sub, positions, ax, inverse, seq_len)
+        pieces = [p for p in (part[..., :start], rot, part[..., start + r:]) if p.shape[-1]]
+        y = pieces[0] if len(pieces) == 1 else xp.concat(pieces, axis=-1)
+        if kept is not None and kept.shape[ax]:
+            y = xp.concat([kept, y], axis=ax)
+        if out is None:
+            return y
+        out[...] = y
+        return out
+
+    def _rotate_blocks(self, xp, sub, positions, ax, inverse, seq_len):
+        """``sub`` (the rotary width) rotated half-wise inside each block."""
+        cos, sin = self._cos_sin_at(xp, positions, sub.dtype, seq_len)
+        if ax is not None:
+            cos = xp.expand_dims(cos, axis=cos.ndim + ax + 1)
+            sin = xp.expand_dims(sin, axis=sin.ndim + ax + 1)
+        axes = self.axes or ()
+        n = 1 + sum(a != b for a, b in zip(axes, axes[1:]))  # one block per run of axes
+        block = (n, self.rotary_dim // n)
+        cos = xp.reshape(cos, tuple(cos.shape[:-1]) + block)
+        sin = xp.reshape(sin, tuple(sin.shape[:-1]) + block)
+        y = rotate(xp, xp.reshape(sub, tuple(sub.shape[:-1]) + block), cos, sin, "half",
+                   inverse, None)
+        return xp.reshape(y, tuple(sub.shape))
 
     @classmethod
     def from_hf_config(cls, config, *, layer_type=None, subconfig=None):
@@ -365,7 +470,7 @@ class RoPE:
             ``rope_parameters`` without ``layer_type``; widths that are not a valid RoPE.
         NotImplementedError
             A rotary the model type computes in a way a RoPE cannot reproduce exactly
-            (Gemma 4 vision's half-wise tables, HunyuanVL's sections of the doubled table,
+            (HunyuanVL's sections of the doubled table,
             timestamp-modulated ropes, V-JEPA 2's 3-D rope, conformer rotaries).
             Messages start with the model type. Vision towers (``rope_type: "axial"`` and
             the patch-coordinate rotaries of Llama 4 vision, DINOv3, EfficientLoFTR) give a
@@ -375,5 +480,30 @@ class RoPE:
         return rope_from_config(cls, config, layer_type, subconfig)
 
 
-# the fields that make a RoPE what it is: every slot but its caches (and __weakref__)
-_FIELDS = tuple(k for k in RoPE.__slots__ if k not in ("_tables", "__weakref__"))
+def _block_columns(layout, axes, rotary_dim):
+    """For ``layout="blocks"``, the columns of the half-layout table that make each block's
+    ``cat(f, f)`` in turn (a block: a run of frequencies turning with one coordinate); else
+    None."""
+    if layout != "blocks":
+        return None
+    if axes is None:
+        raise ValueError("layout='blocks' needs axes: each run of frequencies turning with one "
+                         "coordinate rotates inside its own block")
+    runs: list = []
+    for i, a in enumerate(axes):
+        if runs and axes[runs[-1][0]] == a:
+            runs[-1][1] += 1
+        else:
+            runs.append([i, 1])
+    if len({length for _, length in runs}) != 1:
+        raise ValueError(f"layout='blocks' needs runs of equal length in axes (one block per "
+                         f"run), got runs of {[length for _, length in runs]} in axes={axes}")
+    half = rotary_dim // 2
+    return tuple(c for first, length in runs
+                 for c in (*range(first, first + length),
+                           *range(half + first, half + first + length)))
+
+
+# the fields that make a RoPE what it is: every slot but its caches and derived helpers
+_FIELDS = tuple(k for k in RoPE.__slots__
+                if k not in ("_tables", "_inner", "_blocks", "__weakref__"))
