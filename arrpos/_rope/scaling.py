@@ -29,9 +29,11 @@ from .._lib import check_bool, check_positive_int, check_real_scalar
 __all__ = [
     "AxialScaling",
     "DynamicNTKScaling",
+    "FixedNTKScaling",
     "LinearScaling",
     "Llama3Scaling",
     "LongRopeScaling",
+    "MixedNTKScaling",
     "NTKScaling",
     "ProportionalScaling",
     "YarnScaling",
@@ -232,6 +234,77 @@ class NTKScaling(RopeScaling):
         if dim < 4:
             raise ValueError(f"dim must be >= 4 for NTKScaling (exponent dim/(dim-2)), got {dim}")
         return default_inv_freq(dim, _ntk_base(base, self.factor, dim, "factor")), 1.0
+
+
+# --- vLLM's rope_type "ntk" (NTKScalingRotaryEmbedding, https://kexue.fm/archives/9706) -----
+# No rope_type here either: transformers 5.24 has no "ntk", so a config.json naming it is not
+# read as transformers reads it; build these by hand for checkpoints served by vLLM.
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedNTKScaling(RopeScaling):
+    """vLLM's fixed NTK scaling (``rope_type: "ntk"`` without ``mixed_b``):
+    ``inv[i] = (base * factor) ** (-2i / dim) / factor ** (2 / dim)``.
+
+    vLLM ``NTKScalingRotaryEmbedding`` (``ntk_scaling_rope.py``). The larger base alone is
+    :class:`NTKScaling`'s rule with another exponent; the extra ``factor ** (2 / dim)`` divides
+    every frequency, the highest included. Independent of ``seq_len``.
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> inv, _ = arrpos.rope_frequencies(4, base=100.0, scaling=arrpos.FixedNTKScaling(4))
+    >>> inv.tolist()                                   # (400 ** -[0, 0.5]) / 4 ** 0.5
+    [0.5, 0.025]
+    """
+
+    factor: float
+
+    def __post_init__(self):
+        self._set("factor", _factor(self.factor, "factor"))
+
+    def frequencies(self, dim, base, seq_len):
+        try:
+            scaled = base * self.factor
+        except OverflowError:  # pragma: no cover - float * float does not raise
+            scaled = math.inf
+        if not math.isfinite(scaled):
+            raise ValueError(f"factor or base too large: base * factor = {base} * "
+                             f"{self.factor} is not a finite float")
+        return default_inv_freq(dim, scaled) / self.factor ** (2.0 / dim), 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedNTKScaling(RopeScaling):
+    """vLLM's NTK-mixed scaling (``rope_type: "ntk"`` with ``mixed_b``): frequency ``i`` of the
+    unscaled ``base ** (-2i / dim)`` divided by ``lambda_i = exp(a * (i + 1) ** mixed_b)``,
+    ``a = ln(factor) / (dim / 2) ** mixed_b``, so the lowest frequency is divided by ``factor``
+    and the highest by ``factor ** ((2 / dim) ** mixed_b)``.
+
+    vLLM ``NTKScalingRotaryEmbedding(mixed_b=...)`` (``ntk_scaling_rope.py``; Su Jianlin,
+    kexue.fm 9706). Independent of ``seq_len``.
+
+    Examples
+    --------
+    >>> import arrpos
+    >>> inv, _ = arrpos.rope_frequencies(4, base=100.0,
+    ...                                  scaling=arrpos.MixedNTKScaling(4, mixed_b=2.0))
+    >>> [round(v, 12) for v in inv.tolist()]           # [1, 0.1] / 4 ** ([1, 4] / 4)
+    [0.707106781187, 0.025]
+    """
+
+    factor: float
+    mixed_b: float
+
+    def __init__(self, factor, mixed_b):
+        self._set("factor", _factor(factor, "factor"))
+        self._set("mixed_b", check_real_scalar(mixed_b, "mixed_b", positive=True))
+
+    def frequencies(self, dim, base, seq_len):
+        half = dim // 2
+        a = math.log(self.factor) / half ** self.mixed_b
+        lam = np.exp(a * np.arange(1, half + 1, dtype=np.float64) ** self.mixed_b)
+        return default_inv_freq(dim, base) / lam, 1.0
 
 
 def yarn_mscale(scale: float, mscale: float = 1.0) -> float:

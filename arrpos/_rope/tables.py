@@ -203,7 +203,7 @@ def table_args(xp, positions, inv_freq, layout, attention_factor, axes, dtype):
     return pos, inv_freq, layout, attention_factor, axes, dtype
 
 
-def mrope_axes(sections, *, interleaved=False):
+def mrope_axes(sections, *, interleaved=False, preset=None):
     """Which coordinate (0 = t, 1 = h, 2 = w) each frequency of multimodal RoPE turns with.
 
     Qwen2-VL (``interleaved=False``): ``sections[k]`` consecutive frequencies per chunk, chunk
@@ -211,12 +211,26 @@ def mrope_axes(sections, *, interleaved=False):
     T, H, W, T, H, W, ... — frequency ``i`` takes H when ``i % 3 == 1`` and
     ``i < 3 * sections[1]``, W when ``i % 3 == 2`` and ``i < 3 * sections[2]``, T otherwise.
 
+    The serving engines' arrangements are named presets (``sections`` as the engine's config
+    gives ``mrope_section``):
+
+    - ``"bailing"`` (vLLM ``bailing_mrope.py``, Bailing / Ling multimodal): ``sections = (t, h,
+      w)`` with ``h == w``; the first ``h + w`` frequencies alternate H, W, H, W, ..., the last
+      ``t`` take T.
+    - ``"openpangu"`` (vLLM ``openpangu_rope.py``, ``rope_type: "openpangu"`` with
+      ``mrope_interleaved``): frequencies dealt one at a time to the coordinate with the
+      smallest share placed so far (ties to the lower coordinate), never the same coordinate
+      twice running while another remains; with three sections ``(t, h, w)`` the last frequency
+      is kept for T; with two, ``(h, w)`` are coordinates 0 and 1.
+
     Parameters
     ----------
     sections : sequence of int
         ``mrope_section`` of the config (e.g. ``[16, 24, 24]``), summing to ``head_dim // 2``.
     interleaved : bool, optional
         Qwen3-VL's interleaved assignment (needs exactly three sections).
+    preset : {"bailing", "openpangu"}, optional
+        A serving engine's arrangement (above); not with ``interleaved=True``.
 
     Returns
     -------
@@ -229,7 +243,10 @@ def mrope_axes(sections, *, interleaved=False):
         ``sections`` not a sequence of ints, ``interleaved`` not a bool.
     ValueError
         An empty ``sections``, a negative entry, a sum of more than ``2**16`` frequencies (no
-        rotary width is wider than ``2**17``); ``interleaved`` with other than three sections.
+        rotary width is wider than ``2**17``); ``interleaved`` with other than three sections;
+        an unknown ``preset``, one given with ``interleaved=True``, ``"bailing"`` with other
+        than three sections or ``h != w``, ``"openpangu"`` with other than two or three
+        sections or three with ``t == 0``.
 
     Notes
     -----
@@ -242,6 +259,10 @@ def mrope_axes(sections, *, interleaved=False):
     (0, 0, 1, 2)
     >>> arrpos.mrope_axes([2, 2, 2], interleaved=True)
     (0, 1, 2, 0, 1, 2)
+    >>> arrpos.mrope_axes([2, 2, 2], preset="bailing")
+    (1, 2, 1, 2, 0, 0)
+    >>> arrpos.mrope_axes([2, 2, 2], preset="openpangu")
+    (0, 1, 2, 1, 2, 0)
     """
     if isinstance(sections, (str, bytes)) or not hasattr(sections, "__len__"):
         raise TypeError(f"sections must be a sequence of ints, got {type(sections).__name__}")
@@ -259,6 +280,12 @@ def mrope_axes(sections, *, interleaved=False):
                          f"are <= {MAX_DIM}), got a sum of {sum(sections)}")
     interleaved = check_bool(interleaved, "interleaved")
     total = sum(sections)
+    if preset is not None:
+        preset = check_choice(preset, "preset", tuple(_MROPE_PRESETS))
+        if interleaved:
+            raise ValueError(f"preset={preset!r} is an arrangement of its own: not with "
+                             "interleaved=True")
+        return _MROPE_PRESETS[preset](sections)
     if not interleaved:
         return tuple(k % 3 for k, s in enumerate(sections) for _ in range(s))
     if len(sections) != 3:
@@ -268,6 +295,44 @@ def mrope_axes(sections, *, interleaved=False):
         for i in range(coord, min(3 * sections[coord], total), 3):
             axes[i] = coord
     return tuple(axes)
+
+
+def _bailing_axes(sections):
+    """vLLM ``BailingMRotaryEmbedding.select_cos_sin``: H, W alternating, then T."""
+    if len(sections) != 3 or sections[1] != sections[2]:
+        raise ValueError(f"preset='bailing' needs sections (t, h, w) with h == w, got "
+                         f"{sections}")
+    t, h, w = sections
+    return tuple(1 + i % 2 for i in range(h + w)) + (0,) * t
+
+
+def _openpangu_axes(sections):
+    """vLLM ``MRotaryEmbeddingInterleaved.get_mrope_interleaved_id_list``: each frequency to the
+    coordinate least placed for its count, not the last one placed while another remains."""
+    if len(sections) not in (2, 3):
+        raise ValueError(f"preset='openpangu' needs two sections (h, w) or three (t, h, w), "
+                         f"got {sections}")
+    counts = list(sections) + [0] * (3 - len(sections))
+    keep_last = len(sections) == 3
+    if keep_last:
+        if counts[0] < 1:
+            raise ValueError(f"preset='openpangu' with three sections keeps the last frequency "
+                             f"for t: sections[0] must be >= 1, got {sections}")
+        counts[0] -= 1
+    placed, left, out = [0, 0, 0], list(counts), []
+    last = None
+    for _ in range(sum(counts)):
+        pool = [k for k in range(3) if left[k] > 0 and k != last] or [
+            k for k in range(3) if left[k] > 0]
+        best = min(pool, key=lambda k: (placed[k] / counts[k], k))
+        out.append(best)
+        placed[best] += 1
+        left[best] -= 1
+        last = best
+    return tuple(out) + ((0,) if keep_last else ())
+
+
+_MROPE_PRESETS = {"bailing": _bailing_axes, "openpangu": _openpangu_axes}
 
 
 @host_memo(maxsize=64)
