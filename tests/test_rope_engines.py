@@ -182,7 +182,7 @@ def test_mrope_preset_errors():
         arrpos.mrope_axes([0, 2, 2], preset="openpangu")
 
 
-# --- dual chunk attention: dual_chunk_rope.py (commit b5e2318e566c60b7f0e80ca2b72ca0b978b59fdc) ----
+# --- dual chunk attention: dual_chunk_rope.py (commit b5e2318e566c60b7f0e80ca2b72ca0b978b59fdc) --
 
 
 def _vllm_dual_chunk(query, key, positions, *, head_size, rotary_dim, base, chunk_size,
@@ -338,3 +338,21 @@ def test_fope_arguments():
         arrpos.fope_cos_sin(torch.arange(4), inv, coef, coef, 7)
     with pytest.raises(TypeError, match="cos_coef"):
         arrpos.fope_cos_sin(torch.arange(4), inv, torch.eye(2, dtype=torch.int64), coef, 6)
+
+
+@pytest.mark.parametrize("lib", ["array_api_strict", "jax.numpy", "dask.array", "torch"])
+def test_engine_functions_on_every_backend(lib):
+    mod = pytest.importorskip(lib)
+    conv = {"dask.array": getattr(mod, "from_array", None), "torch": getattr(mod, "as_tensor", None)
+            }.get(lib, getattr(mod, "asarray", None))
+    positions = np.arange(30)
+    want = arrpos.dual_chunk_positions(positions, chunk_size=8, local_size=3)
+    got = arrpos.dual_chunk_positions(conv(positions), chunk_size=8, local_size=3)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), w)
+    inv = np.array([1.0, 0.1, 0.01], dtype=np.float32)
+    coef = RNG.normal(size=(2, 3, 2)).astype(np.float32)
+    want = arrpos.fope_cos_sin(positions, inv, coef, coef[::-1], 8)
+    got = arrpos.fope_cos_sin(conv(positions), conv(inv), conv(coef), conv(coef[::-1].copy()), 8)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, atol=1e-6)

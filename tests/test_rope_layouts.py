@@ -233,3 +233,22 @@ def test_selected_ropes_compare_pickle_and_copy():
         assert b == a and hash(b) == hash(a)
         np.testing.assert_array_equal(b.apply(x, np.arange(3), heads_axis=-2),
                                       a.apply(x, np.arange(3), heads_axis=-2))
+
+
+@pytest.mark.parametrize("lib", ["array_api_strict", "jax.numpy", "dask.array", "torch"])
+def test_selections_on_every_backend(lib):
+    """The selected paths (slices, concatenation, the blocks' column gather) are Array API code:
+    the same numbers on every namespace as on NumPy."""
+    mod = pytest.importorskip(lib)
+    conv = {"dask.array": getattr(mod, "from_array", None), "torch": getattr(mod, "as_tensor", None)
+            }.get(lib, getattr(mod, "asarray", None))
+    x = np.random.default_rng(7).normal(size=(3, 4, 3, 16)).astype(np.float32)
+    blocks = arrpos.RoPE(16, base=100.0, scaling=arrpos.AxialScaling(2), layout="blocks",
+                         axes=(0,) * 4 + (1,) * 4)
+    some = arrpos.RoPE(16, partial_rotary_factor=0.5, rotary_part="last", rotate_num_heads=2)
+    coords = np.stack(np.meshgrid(np.arange(3), np.arange(4), indexing="ij"), -1)
+    for rope, pos in ((blocks, coords), (some, np.arange(4))):
+        want = rope.apply(x, pos, heads_axis=-2)
+        got = rope.apply(conv(x), conv(pos), heads_axis=-2)
+        got = np.asarray(got.compute() if hasattr(got, "compute") else got)
+        np.testing.assert_allclose(got, want, atol=1e-6)

@@ -14,6 +14,7 @@ from .._lib import (
     check_array,
     check_even_dim,
     check_positive_int,
+    device_of,
     has_float64,
     is_lazy,
 )
@@ -180,7 +181,7 @@ def fope_cos_sin(positions, inv_freq, cos_coef, sin_coef, /, head_dim, *, dtype=
                          f"len(inv_freq) = {n_freq} and 1 <= d <= head_dim // 2 = "
                          f"{head_dim // 2}, got {shape}")
     dtype = cos_coef.dtype if dtype is None else dtype
-    wide = xp.float64 if has_float64(xp, getattr(cos_coef, "device", None)) else dtype
+    wide = xp.float64 if has_float64(xp, device_of(cos_coef)) else dtype
     c, s = rope_cos_sin(positions, xp.astype(inv_freq, wide), dtype=wide)
     out = []
     for table, coef in ((c[..., :n_freq], cos_coef), (s[..., :n_freq], sin_coef)):
@@ -192,7 +193,8 @@ def fope_cos_sin(positions, inv_freq, cos_coef, sin_coef, /, head_dim, *, dtype=
             mixed = xp.reshape(mixed, tuple(mixed.shape[:-2]) + (shape[-1],))
         pad = head_dim // 2 - shape[-1]
         if pad:
-            ones = xp.ones(tuple(mixed.shape[:-1]) + (pad,), dtype=wide, device=mixed.device)
+            ones = xp.ones(tuple(mixed.shape[:-1]) + (pad,), dtype=wide,
+                           device=device_of(mixed))
             mixed = xp.concat([mixed, ones], axis=-1)
         out.append(xp.astype(xp.concat([mixed, mixed], axis=-1), dtype))
     return out[0], out[1]

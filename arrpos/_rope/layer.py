@@ -402,7 +402,8 @@ class RoPE:
                                  f"{heads_axis})")
             lead = (slice(None),) * (x.ndim + ax)
             split = heads - self.rotate_num_heads
-            kept, part = x[lead + (slice(0, split),)], x[lead + (slice(split, heads),)]
+            kept = x[lead + (slice(0, split), ...)]
+            part = x[lead + (slice(split, heads), ...)]
         width, r = x.shape[-1], self.rotary_dim
         start = width - r if self.rotary_part == "last" else 0
         sub = part[..., start:start + r]
