@@ -635,7 +635,7 @@ def test_attention_bias_shape_is_named():
 
 
 SIZES = {"dim", "num_heads", "num_positions", "query_len", "key_len", "size", "shape",
-         "window", "sections"}
+         "window", "sections", "head_dim", "chunk_size", "local_size"}
 
 
 def test_sizes_by_keyword_arrays_positional_only():

@@ -34,7 +34,7 @@ class DualChunkPositions(NamedTuple):
     key: Any  # keys: p % chunk_len
 
 
-def dual_chunk_positions(positions, /, *, chunk_size, local_size, xp=None):
+def dual_chunk_positions(positions, /, chunk_size, local_size, *, xp=None):
     """The positions of Dual Chunk Attention (Qwen2.5-1M; vLLM ``DualChunkRotaryEmbedding``).
 
     With ``chunk_len = chunk_size - local_size``, keys turn with ``p % chunk_len`` and each
