@@ -354,7 +354,10 @@ class RoPE:
         in the process (the oldest is dropped). The caches belong to the RoPE, shared with
         equal RoPEs, and are freed with the last of them, by :meth:`clear_cache` or by
         :func:`arrpos.clear_caches`; threads may share a RoPE. Real, negative, lazy positions
-        and multimodal ``axes`` take the table path.
+        and multimodal ``axes`` take the table path. A RoPE that rotates a selection
+        (``rotary_part="last"``, ``rotate_num_heads``) rotates the selected slice of ``x`` as
+        above and concatenates the rest, unchanged, around it (``layout="blocks"`` takes the
+        table path); ``out`` then receives the result.
         """
         if self._inner is not None or self._blocks is not None:
             return self._apply_selected(x, positions, heads_axis, inverse, out, seq_len)
