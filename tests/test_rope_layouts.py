@@ -67,6 +67,15 @@ def test_gemma4_vision_from_hf_config_equals_transformers(kwargs):
                                atol=1e-13, rtol=0)
 
 
+def test_gemma4_composite_config_gives_its_vision_rope():
+    conf, _ = _gemma4()
+    vision = conf.Gemma4VisionConfig(head_dim=48)
+    whole = conf.Gemma4Config(vision_config=vision.to_dict()).to_dict()
+    rope = arrpos.RoPE.from_hf_config(whole, subconfig="vision_config")
+    assert rope == arrpos.RoPE.from_hf_config(vision.to_dict())
+    assert rope.layout == "blocks" and rope.axes == (0,) * 12 + (1,) * 12
+
+
 def test_gemma4_vision_is_not_the_half_layout():
     """The blocks layout differs from rotate_half over the whole head (the test can fail)."""
     conf, _ = _gemma4()
