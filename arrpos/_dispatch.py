@@ -34,9 +34,10 @@ import os
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
+from . import _backends
 from ._backends import Unsupported, _xp, memory
 from ._backends.ops import OPS
-from ._lib import backend_name
+from ._lib import backend_name, trace_constant
 
 __all__ = ["FRONT_ENDS", "FrontEnd", "Plan", "Unsupported", "call", "candidates",
            "clear_caches", "compiled_available", "compiled_threads", "driver",
@@ -89,16 +90,28 @@ def extensions_disabled() -> bool:
     return _DISABLED
 
 
-def _load(name: str):
-    """The module ``arrpos._backends.<name>``, or None when it cannot be imported (remembered
-    why)."""
+@trace_constant  # a front-end first met under torch.compile is imported, not traced
+def _import(name: str) -> str:
+    """Import ``arrpos._backends.<name>`` once: "" when it imported, else why not
+    (remembered)."""
     if name not in _LOADED:
         try:
             _LOADED[name] = importlib.import_module(f"arrpos._backends.{name}")
         except ImportError as exc:  # not built, or its library is missing: the generic path
             _LOADED[name] = f"{type(exc).__name__}: {exc}"
     mod = _LOADED[name]
-    return None if isinstance(mod, str) else mod
+    return mod if isinstance(mod, str) else ""
+
+
+def _load(name: str):
+    """The module ``arrpos._backends.<name>``, or None when it cannot be imported (remembered
+    why)."""
+    if _import(name):
+        return None
+    mod = _backends  # (attributes: what torch.compile reads live, unlike sys.modules)
+    for part in name.split("."):
+        mod = getattr(mod, part)
+    return mod
 
 
 def front_end(name: str):

@@ -17,7 +17,15 @@ from ._arrays import (
     round_once,
     output_dtype,
 )
-from ._memo import array_key, clear_memos, host_memo, new_memo, recall, remember
+from ._memo import (
+    array_key,
+    clear_memos,
+    host_memo,
+    new_memo,
+    recall,
+    remember,
+    trace_constant,
+)
 from ._namespace import (
     array_namespace,
     backend_name,
@@ -85,6 +93,7 @@ __all__ = [
     "new_memo",
     "recall",
     "remember",
+    "trace_constant",
     "MAX_DIM",
     "MAX_ELEMENTS",
     "MAX_OFFSET",

@@ -15,13 +15,15 @@ iterates a memo, so no reader can meet a dictionary changing size under it.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["LIMIT", "array_key", "clear_memos", "host_memo", "new_memo", "recall", "remember"]
+__all__ = ["LIMIT", "array_key", "clear_memos", "host_memo", "new_memo", "recall", "remember",
+           "trace_constant"]
 
 LIMIT = 4096  # signatures kept per memo; past it, plans are made per call
 
@@ -51,6 +53,16 @@ def host_memo(maxsize: int) -> Callable[[_F], _F]:
         return cached  # type: ignore[return-value]
 
     return wrap
+
+
+def trace_constant(fn: _F) -> _F:
+    """Mark ``fn``, a host function whose result depends only on its arguments (numbers and
+    immutable option objects), as a constant to ``torch.compile``: the tracer calls it with
+    the traced call's arguments and keeps its result instead of tracing its NumPy and Decimal
+    arithmetic (which would break the graph, or compute in another library). The mark is
+    the attribute ``torch.compiler.assume_constant_result`` sets; torch is not imported."""
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
 
 
 def clear_memos() -> None:
@@ -99,13 +111,20 @@ def recall(plans: dict, key: Callable[..., Any], make: Callable[..., Any], *args
     return plan
 
 
+def _torch_compiling() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
 def remember(plans: dict, key, plan):
     """Store ``plan`` under ``key`` (None: arguments without a signature, e.g. not arrays or
     unhashable options; nothing stored) while ``plans`` holds fewer than ``LIMIT``; returns
     ``plan`` (:func:`recall` looks up first and calls this on a miss). Two threads missing one
-    signature at once each make an equal plan; the last one stays.
+    signature at once each make an equal plan; the last one stays. Nothing is stored while
+    ``torch.compile`` traces the call (the compiled graph holds no lookup, and the lock would
+    break the graph).
     """
-    if key is not None:
+    if key is not None and not _torch_compiling():
         with _LOCK:
             if len(plans) < LIMIT:
                 plans[key] = plan

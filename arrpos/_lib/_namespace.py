@@ -389,7 +389,8 @@ def _dtype_kind(xp, dtype) -> str:
 
 def is_lazy(x) -> bool:
     """True for arrays whose values cannot be read (or not cheaply): Dask arrays, JAX tracers,
-    torch meta tensors and fake tensors (``torch.compile`` / ``FakeTensorMode`` tracing).
+    torch meta tensors and fake tensors (``torch.compile`` / ``FakeTensorMode`` tracing), any
+    torch tensor while ``torch.compile`` traces, and tensors batched by ``torch.func.vmap``.
 
     array-api-compat calls every JAX array lazy; a concrete one (outside jit) can be read, so
     value checks still run on it. Every value check of the package asks this first.
@@ -397,7 +398,7 @@ def is_lazy(x) -> bool:
     if type(x) is _NDARRAY:
         return False
     if _compat.is_torch_array(x):
-        return x.is_meta or _is_fake_tensor(x)
+        return x.is_meta or _is_fake_tensor(x) or _torch_traced(x)
     if not _compat.is_lazy_array(x):
         return False
     if _compat.is_jax_array(x):
@@ -411,6 +412,13 @@ def is_unreadable(x) -> bool:
     """True for arrays whose values cannot be read at all (JAX tracers, torch meta and fake
     tensors); a Dask array is lazy but can be computed, when a function must read values."""
     return is_lazy(x) and not _compat.is_dask_array(x)
+
+
+def _torch_traced(x) -> bool:
+    import sys
+
+    torch = sys.modules["torch"]  # a torch tensor is here
+    return torch.compiler.is_compiling() or torch._C._functorch.is_batchedtensor(x)
 
 
 def _is_fake_tensor(x) -> bool:

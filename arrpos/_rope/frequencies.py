@@ -14,6 +14,7 @@ from .._lib import (
     check_real_scalar,
     host_memo,
     output_dtype,
+    trace_constant,
 )
 from .scaling import check_scaling, default_inv_freq, lists_scalings
 
@@ -99,6 +100,7 @@ def frequency_array(xp, dim, base, scaling, seq_len, dtype, device):
     return xp.asarray(inv, dtype=dtype, device=device), float(attention_factor)
 
 
+@trace_constant  # torch.compile: a constant of the call, not NumPy to trace
 def host_frequencies(dim, base, scaling, seq_len):
     """float64 NumPy frequencies and the attention factor (validated arguments)."""
     if scaling is None:

@@ -2,10 +2,13 @@
 zero-copy through DLPack.
 
 Same function names and signatures as ``_xp``. ``arrpos._dispatch`` sends a torch call here
-only when every array argument is a CUDA tensor on one device that does not require grad
-(autograd needs the generic code), whose memory is really there (``memory.tensor_memory_known``:
-not under ``torch.compile``, ``vmap`` or ``grad``, not fake or a subclass), and CuPy is
-installed. Each call:
+only when every array argument is a CUDA tensor on one device and CuPy is installed, and
+either no tensor requires grad and their memory is really there
+(``memory.tensor_memory_known``: not under ``torch.compile``, ``vmap`` or ``grad``, not fake or
+a subclass), or the call is a rotation without ``out`` whose tensors require grad or that
+torch traces or transforms: that one goes through the custom ops of ``torch_ops``, whose
+bodies run these kernels on the real tensors (autograd, fake tensors and vmap are theirs).
+Each kernel call:
 
 * allocates outputs with torch (torch's caching allocator, on the tensors' device),
 * views every tensor as a CuPy array with ``cupy.from_dlpack`` (no copy) and hands the views
@@ -30,7 +33,7 @@ import contextlib
 import importlib.util
 import sys
 
-from .. import Unsupported, ops
+from .. import Unsupported, ops, torch_ops
 from ..memory import tensor_has_storage, torch_tracing
 from . import driver
 
@@ -73,23 +76,38 @@ def _integer(dtype) -> bool:
     return _name(dtype).startswith(("int", "uint"))
 
 
+def _through_op(*tensors) -> bool:
+    """Whether a rotation of these tensors (without ``out``) takes the custom op: autograd
+    records it, or torch traces or transforms it."""
+    return torch_tracing() or any(t.requires_grad for t in tensors)
+
+
 def supports(op: str, arrays=(), **options) -> bool:
-    """CUDA tensors on one device, none requiring grad, of the op table's dtypes for the CUDA
-    kernels, on a device whose kernels did not fail to build."""
+    """CUDA tensors on one device of the op table's dtypes for the CUDA kernels, on a device
+    whose kernels did not fail to build: none requiring grad, or, for a rotation without
+    ``out``, through its custom op."""
     row = _OPS.get(op)
     arrs = [a for a in arrays if a is not None]
     if row is None or not arrs or options.get("axes") is not None:
         return False  # without the arrays, device and autograd are unknown: generic path
     torch = _torch()
-    if not all(isinstance(t, torch.Tensor) and t.is_cuda for t in arrs) or torch_tracing():
+    if not all(isinstance(t, torch.Tensor) and t.is_cuda for t in arrs):
         return False
-    for t in arrs:
-        if t.requires_grad or t.is_neg() or t.is_conj() or not tensor_has_storage(t):
-            return False  # autograd, neg/conj bit views (memory holds the other sign), fakes
+    if _through_op(*arrs):
+        if op not in torch_ops.ROTATIONS or options.get("out") is not None:
+            return False
+        if not torch_tracing() and not all(tensor_has_storage(t) for t in arrs):
+            return False  # subclasses: the generic path
+    elif not all(_servable(t) for t in arrs):
+        return False  # neg/conj bit views (memory holds the other sign), fakes
     if len({t.device for t in arrs}) > 1 or not row.fits(arrays, options, _CODES[op],
                                                          _integer, False):
         return False
     return cupy_available() and driver.module_failure(arrs[0].device.index) is None
+
+
+def _servable(t) -> bool:
+    return not t.is_neg() and not t.is_conj() and tensor_has_storage(t)
 
 
 def bind(op, arrays, **options):
@@ -204,6 +222,12 @@ def _lead(x, *tables):
 
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope`` for CUDA tensors of one dtype (bfloat16 included)."""
+    if out is None and _through_op(x, cos, sin):
+        return torch_ops.apply_rope(x, cos, sin, layout, inverse)
+    return _apply_rope(x, cos, sin, layout, inverse, out)
+
+
+def _apply_rope(x, cos, sin, layout, inverse, out=None):
     out, given = _rotation_out(x, _lead(x, cos, sin), out)
     with _on_torch_stream(x.device):
         cx, cout = _export_pair(x, out)
@@ -217,6 +241,12 @@ def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
 def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope_cached`` for CUDA tensors: caches of ``x``'s dtype (bfloat16
     included), integer ids; the gather happens inside the kernel."""
+    if out is None and _through_op(x, cos_cache, sin_cache, position_ids):
+        return torch_ops.apply_rope_cached(x, cos_cache, sin_cache, position_ids, layout, inverse)
+    return _apply_rope_cached(x, cos_cache, sin_cache, position_ids, layout, inverse, out)
+
+
+def _apply_rope_cached(x, cos_cache, sin_cache, position_ids, layout, inverse, out=None):
     out, given = _rotation_out(x, tuple(x.shape[:-1]), out)
     with _on_torch_stream(x.device):
         cx, cout = _export_pair(x, out)
@@ -231,6 +261,12 @@ def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
     """Twin of ``_xp.apply_rope_qk`` for CUDA tensors: two launches sharing one export of the
     tables, both checked before either runs; ``out`` None or a ``(q_out, k_out)`` pair (each
     may be None)."""
+    if out is None and _through_op(q, k, cos, sin):
+        return torch_ops.apply_rope_qk(q, k, cos, sin, layout, inverse)
+    return _apply_rope_qk(q, k, cos, sin, layout, inverse, out)
+
+
+def _apply_rope_qk(q, k, cos, sin, layout, inverse, out=None):
     q_out, k_out = (None, None) if out is None else out
     q_out, q_given = _rotation_out(q, _lead(q, cos, sin), q_out)
     k_out, k_given = _rotation_out(k, _lead(k, cos, sin), k_out)
@@ -244,6 +280,30 @@ def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
         if given:
             _mark_written(t)
     return q_out, k_out
+
+
+_KERNELS = {"apply_rope": _apply_rope, "apply_rope_qk": _apply_rope_qk,
+            "apply_rope_cached": _apply_rope_cached}
+
+
+def _op_kernel(op, args, layout, inverse):
+    """The body of ``torch_ops``' op ``op`` for real CUDA tensors (detached): the kernel, or
+    ``Unsupported`` for tensors it does not take. The ids are checked here (a device read), as
+    ``_dispatch`` does before this driver's kernels, since a traced call is not read there."""
+    row = ops.OPS[op]
+    arrays = args + (None,) * (len(row.arrays) - len(args))
+    if (not all(_servable(a) for a in args) or len({a.device for a in args}) > 1
+            or not row.fits(arrays, {}, _CODES[op], _integer, False)
+            or driver.module_failure(args[0].device.index) is not None):
+        raise Unsupported("tensors the CUDA kernels do not take")
+    if op == "apply_rope_cached":
+        ids, rows = args[3], args[1].shape[0]
+        if ids.numel() and bool(((ids < 0) | (ids >= rows)).any()):
+            raise ValueError(f"position_ids must be in [0, {rows})")
+    return _KERNELS[op](*args, layout, inverse)
+
+
+torch_ops.serve("cuda", _op_kernel)
 
 
 def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):

@@ -1,10 +1,13 @@
 """Torch CPU front-end of the host driver: CPU tensors on the compiled kernels, zero-copy
 through DLPack.
 
-Used by ``_dispatch`` only for CPU tensors that do not require grad (autograd needs the generic
-path's ordinary expressions) and whose memory is really there (``memory.tensor_memory_known``:
-not under ``torch.compile``, ``vmap`` or ``grad``, not fake, meta or a subclass; the generic
-path serves those, as ordinary torch code). Same function names and signatures as ``_xp``;
+Used by ``_dispatch`` for CPU tensors whose memory is really there
+(``memory.tensor_memory_known``: not under ``torch.compile``, ``vmap`` or ``grad``, not fake,
+meta or a subclass) that do not require grad; a rotation without ``out`` whose tensors require
+grad, or that torch traces or transforms, goes through the custom ops of ``torch_ops`` (their
+bodies run these kernels on the real tensors; autograd, fake tensors and vmap are theirs);
+the generic path serves the rest, as ordinary torch code. Same function names and signatures
+as ``_xp``;
 every function views the tensors as NumPy arrays (no copy) and runs the host driver on them
 with the tensors' storage types: float32, float64, float16, and bfloat16 (NumPy has no
 bfloat16 of its own, so it travels as int16 bits and the kernel is told). Outputs are torch
@@ -15,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import Unsupported, ops
+from .. import Unsupported, ops, torch_ops
 from ..memory import tensor_has_storage, torch_tracing
 from . import driver
 
@@ -39,21 +42,36 @@ _INT_IDS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.u
 
 def _servable(t) -> bool:
     """A tensor the kernels may read or write through a NumPy view (outside a trace): a CPU
-    tensor with storage (``tensor_has_storage``), without autograd, and no neg/conj bit (its
-    memory holds the other sign: the generic path resolves it)."""
-    return (t.device.type == "cpu" and not t.requires_grad and tensor_has_storage(t)
-            and not t.is_neg() and not t.is_conj())
+    tensor with storage (``tensor_has_storage``) and no neg/conj bit (its memory holds the
+    other sign: the generic path resolves it)."""
+    return (t.device.type == "cpu" and tensor_has_storage(t) and not t.is_neg()
+            and not t.is_conj())
+
+
+def _through_op(*tensors) -> bool:
+    """Whether a rotation of these tensors (without ``out``) takes the custom op: autograd
+    records it, or torch traces or transforms it."""
+    return torch_tracing() or any(t.requires_grad for t in tensors)
 
 
 def supports(op, arrays, **options) -> bool:
-    """CPU tensors without autograd, of the op table's dtypes for the host kernels (shapes and
-    strides: checked late)."""
+    """CPU tensors of the op table's dtypes for the host kernels (shapes and strides: checked
+    late): without autograd, or, for a rotation without ``out``, through its custom op."""
     row = _OPS.get(op)
-    if row is None or not arrays or torch_tracing():
+    if row is None or not arrays:
         return False
-    for a in arrays:
-        if a is not None and (not isinstance(a, torch.Tensor) or not _servable(a)):
+    tensors = [a for a in arrays if a is not None]
+    if not all(isinstance(a, torch.Tensor) for a in tensors):
+        return False
+    if _through_op(*tensors):
+        if op not in torch_ops.ROTATIONS or options.get("out") is not None:
             return False
+        if not all(t.device.type == "cpu" for t in tensors):
+            return False
+        if not torch_tracing() and not all(tensor_has_storage(t) for t in tensors):
+            return False  # subclasses, meta: the generic path
+    elif not all(_servable(a) for a in tensors):
+        return False
     if row.dtype_option and (options.get("axes") is not None or options.get("width", 0) % 2):
         return False  # multimodal sections; an odd sinusoid width (keras-hub) needs a scratch
     return row.fits(arrays, options, _CODES.get, _INT_IDS.__contains__, True)
@@ -113,11 +131,23 @@ def _rotate(x, cn, sn, tc, out, layout, inverse, pos=None, check_only=False):
 
 
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
+    if out is None and _through_op(x, cos, sin):
+        return torch_ops.apply_rope(x, cos, sin, layout, inverse)
+    return _apply_rope(x, cos, sin, layout, inverse, out)
+
+
+def _apply_rope(x, cos, sin, layout, inverse, out=None):
     cn, sn, tc = _tables(_CODES[x.dtype], cos, sin)
     return _rotate(x, cn, sn, tc, out, layout, inverse)
 
 
 def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
+    if out is None and _through_op(q, k, cos, sin):
+        return torch_ops.apply_rope_qk(q, k, cos, sin, layout, inverse)
+    return _apply_rope_qk(q, k, cos, sin, layout, inverse, out)
+
+
+def _apply_rope_qk(q, k, cos, sin, layout, inverse, out=None):
     qo, ko = (None, None) if out is None else out
     if qo is not None or ko is not None:  # (the NumPy views: their bounds in C)
         nq, nk = _np(q), _np(k)
@@ -133,6 +163,13 @@ def apply_rope_qk(q, k, cos, sin, *, layout, inverse, xp, out=None):
 
 
 def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse, xp, out=None):
+    if out is None and _through_op(x, cos_cache, sin_cache, position_ids):
+        return torch_ops.apply_rope_cached(x, cos_cache, sin_cache, position_ids, layout,
+                                           inverse)
+    return _apply_rope_cached(x, cos_cache, sin_cache, position_ids, layout, inverse, out)
+
+
+def _apply_rope_cached(x, cos_cache, sin_cache, position_ids, layout, inverse, out=None):
     tx, tc = _CODES[x.dtype], _CODES[cos_cache.dtype]
     pos = _ids(position_ids)
     if (tx, tc) not in _APPLY_TYPES:  # only the rows used, converted
@@ -142,6 +179,23 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse,
         cos_cache, sin_cache = cos_cache[flat].to(_DTYPES[tc]), sin_cache[flat].to(_DTYPES[tc])
         pos = np.arange(flat.shape[0], dtype=np.int64).reshape(pos.shape)
     return _rotate(x, _np(cos_cache), _np(sin_cache), tc, out, layout, inverse, pos)
+
+
+_KERNELS = {"apply_rope": _apply_rope, "apply_rope_qk": _apply_rope_qk,
+            "apply_rope_cached": _apply_rope_cached}
+
+
+def _op_kernel(op, args, layout, inverse):
+    """The body of ``torch_ops``' op ``op`` for real CPU tensors (detached): the kernel, or
+    ``Unsupported`` for tensors it does not take."""
+    if not all(_servable(a) for a in args) or not ops.OPS[op].fits(
+            args + (None,) * (len(ops.OPS[op].arrays) - len(args)), {}, _CODES.get,
+            _INT_IDS.__contains__, True):
+        raise Unsupported("tensors the host kernels do not take")
+    return _KERNELS[op](*args, layout, inverse)
+
+
+torch_ops.serve("cpu", _op_kernel)
 
 
 def _table_out(out, shape, dtype):
