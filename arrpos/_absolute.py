@@ -8,6 +8,8 @@ device has no float64), on every backend; other positions are refused (``_lib.ch
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -37,6 +39,7 @@ from ._lib import (
     is_lazy,
     output_dtype,
 )
+from .typing import Array, DType, Device, GridMode, Namespace, SinusoidLayout
 
 __all__ = ["decode_sinusoidal", "grid_coords", "sinusoidal", "sinusoidal_nd", "timestep_embedding"]
 
@@ -48,7 +51,7 @@ _GRID_MODES = ("index", "linspace", "center")
 _BASE_SOURCE = "the largest frequency, above 1 for a base below 1"
 
 
-def _largest(hi) -> float:
+def _largest(hi: np.ndarray) -> float:
     """The largest of the host frequencies (1.0 for none)."""
     return float(np.max(hi)) if len(hi) else 1.0
 
@@ -58,8 +61,9 @@ def _table(xp, positions, hi, lo, *, layout, dtype, width):
                           layout=layout, dtype=dtype, width=width)
 
 
-def sinusoidal(positions, /, dim, *, base=10000.0, layout="interleaved", dtype=None, device=None,
-               xp=None):
+def sinusoidal(positions: Array | int, /, dim: int, *, base: float = 10000.0,
+               layout: SinusoidLayout = "interleaved", dtype: DType | None = None,
+               device: Device | None = None, xp: Namespace | None = None) -> Array:
     """Fixed sinusoidal position encoding (Vaswani et al., 2017).
 
     ``w_i = base ** (-2 i / dim)`` for ``i < dim / 2``; a row at position ``p`` holds
@@ -147,7 +151,9 @@ def sinusoidal(positions, /, dim, *, base=10000.0, layout="interleaved", dtype=N
     return _table(xp, pos, hi, lo, layout=layout, dtype=dtype, width=dim)
 
 
-def sinusoidal_nd(coords, /, dim, *, base=10000.0, layout="split", group="axis", dtype=None):
+def sinusoidal_nd(coords: Array, /, dim: int, *, base: float = 10000.0,
+                  layout: SinusoidLayout = "split", group: Literal["axis", "sincos"] = "axis",
+                  dtype: DType | None = None) -> Array:
     """Sinusoidal encoding of N-d coordinates: equal chunks of features per axis.
 
     ``group="axis"``: chunk ``k`` (features ``k*dim/n`` to ``(k+1)*dim/n``) is
@@ -251,7 +257,9 @@ def _axis_coords(xp, n, mode, scale, dtype, device):
     return from_host(xp, i, dtype, device)
 
 
-def grid_coords(shape, *, scale=1.0, mode="index", dtype=None, device=None, xp=None):
+def grid_coords(shape: Sequence[int], *, scale: float = 1.0, mode: GridMode = "index",
+                dtype: DType | None = None, device: Device | None = None,
+                xp: Namespace | None = None) -> Array:
     """Coordinates of a grid, last grid axis first (x, y, ...), times ``scale``.
 
     Along an axis of length ``n``: ``mode="index"`` gives ``0 .. n-1``; ``"linspace"`` gives
@@ -327,8 +335,9 @@ def grid_coords(shape, *, scale=1.0, mode="index", dtype=None, device=None, xp=N
     return xp.stack(grids[::-1], axis=-1)
 
 
-def timestep_embedding(timesteps, /, dim, *, max_period=10000.0, flip_sin_to_cos=False,
-                       downscale_freq_shift=1.0, scale=1.0, dtype=None):
+def timestep_embedding(timesteps: Array, /, dim: int, *, max_period: float = 10000.0,
+                       flip_sin_to_cos: bool = False, downscale_freq_shift: float = 1.0,
+                       scale: float = 1.0, dtype: DType | None = None) -> Array:
     """Diffusion timestep embedding, as diffusers' ``get_timestep_embedding``.
 
     ``half = dim // 2``, ``w_i = exp(-ln(max_period) * i / (half - downscale_freq_shift))``,
@@ -412,7 +421,8 @@ def timestep_embedding(timesteps, /, dim, *, max_period=10000.0, flip_sin_to_cos
     return _table(xp, timesteps, hi, lo, layout=layout, dtype=dtype, width=dim)
 
 
-def decode_sinusoidal(encoding, /, *, base=10000.0, layout="interleaved"):
+def decode_sinusoidal(encoding: Array, /, *, base: float = 10000.0,
+                      layout: SinusoidLayout = "interleaved") -> Array:
     """Recover positions from sinusoidal encodings (the inverse of :func:`sinusoidal`).
 
     The lowest frequency gives a coarse position (unique below its period

@@ -29,6 +29,7 @@ from ._lib import (
     largest_magnitude,
     round_once,
 )
+from .typing import AlibiMode, Array, DType, Device, Namespace
 
 __all__ = ["alibi_bias", "alibi_bias_from_mask", "alibi_bias_from_positions", "alibi_slopes"]
 
@@ -45,8 +46,9 @@ def _host_slopes(n, max_bias):
     return np.array(slopes, dtype=np.float64)
 
 
-def alibi_slopes(num_heads, *, max_bias=8.0, head_offset=0, total_heads=None, dtype=None,
-                 device=None, xp=None):
+def alibi_slopes(num_heads: int, *, max_bias: float = 8.0, head_offset: int = 0,
+                 total_heads: int | None = None, dtype: DType | None = None,
+                 device: Device | None = None, xp: Namespace | None = None) -> Array:
     """ALiBi head slopes for any number of heads (Press et al.; BLOOM's ``build_alibi_tensor``).
 
     For a power of two ``n``: ``2 ** (-max_bias * k / n)``, ``k = 1 .. n``. Otherwise, with
@@ -128,7 +130,8 @@ def _check_slopes(xp, slopes):
     check_array(xp, slopes, "slopes", kind="floating", ndim=1, shape_hint="(heads,)")
 
 
-def alibi_bias(slopes, /, query_len, key_len, *, mode="causal", query_offset=None):
+def alibi_bias(slopes: Array, /, query_len: int, key_len: int, *, mode: AlibiMode = "causal",
+               query_offset: int | None = None) -> Array:
     """The ALiBi attention bias ``(heads, query_len, key_len)``.
 
     Queries sit at ``q_pos = i + query_offset`` and keys at ``k_pos = j``.
@@ -195,7 +198,7 @@ def alibi_bias(slopes, /, query_len, key_len, *, mode="causal", query_offset=Non
                           mode=mode, query_offset=query_offset, dtype=dtype)
 
 
-def alibi_bias_from_mask(slopes, attention_mask, /):
+def alibi_bias_from_mask(slopes: Array, attention_mask: Array, /) -> Array:
     """BLOOM's left-padding aware ALiBi bias (``build_alibi_tensor``).
 
     Key positions count only real tokens: ``pos = (cumsum(mask) - 1) * mask``, so a left-padded
@@ -267,7 +270,8 @@ def _distance_positions(xp, x, name, limit):
     return x
 
 
-def alibi_bias_from_positions(slopes, query_positions, key_positions, /, *, mode="symmetric"):
+def alibi_bias_from_positions(slopes: Array, query_positions: Array, key_positions: Array, /, *,
+                              mode: AlibiMode = "symmetric") -> Array:
     """ALiBi bias for arbitrary query and key positions (packed, reordered or 2-D tokens).
 
     With ``d = q_pos - k_pos``: ``"symmetric"`` ``-slope * |d|`` (x-transformers'

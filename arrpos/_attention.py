@@ -9,7 +9,7 @@ translation invariance (``phi(x1, x1+m) = phi(x2, x2+m)``) and symmetry
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -27,12 +27,15 @@ from ._lib import (
     work_float,
 )
 from ._relative.scores import check_shaw_key, check_shaw_value, shaw_key, shaw_value
+from .typing import Array
 
 __all__ = ["PositionProperties", "attention", "properties", "similarity"]
 
 
-def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, relative=None,
-              return_weights=False):
+def attention(q: Array, k: Array, v: Array, /, *, bias: Array | None = None,
+              mask: Array | None = None, causal: bool = False, scale: float | None = None,
+              relative: tuple[Array, Array, Array] | None = None,
+              return_weights: bool = False) -> Array | tuple[Array, Array]:
     """Reference softmax attention over ``(..., seq, dim)`` with position terms.
 
     ``softmax(scale * (q k^T + key_term) + bias, masked) @ v + value_term``, computed stably
@@ -156,13 +159,13 @@ def attention(q, k, v, /, *, bias=None, mask=None, causal=False, scale=None, rel
     return (out, xp.astype(weights, out_dtype)) if return_weights else out
 
 
-def _scores_shape(q, k, v) -> tuple:
+def _scores_shape(q: Array, k: Array, v: Array) -> tuple:
     """``(..., q, k)``: the leading axes of ``q``, ``k`` and ``v`` broadcast, or a ValueError
     naming them."""
     return broadcast_leads({"q": q, "k": k, "v": v}) + (q.shape[-2], k.shape[-2])
 
 
-def _broadcast_scores(a, name, shape) -> tuple:
+def _broadcast_scores(a: Array, name: str, shape: tuple) -> tuple:
     """The scores' shape once ``a`` (a bias or mask) is added: ``a`` must broadcast against
     ``(..., q, k)`` and keep its last two axes (it may add leading ones, e.g. heads), else a
     ValueError naming ``name`` rather than the library's "operands could not be broadcast"."""
@@ -206,7 +209,7 @@ def _softmax(xp, scores, allowed):
     return e / xp.where(denom > 0, denom, xp.ones_like(denom))
 
 
-def similarity(table, /, *, metric="dot"):
+def similarity(table: Array, /, *, metric: Literal["dot", "cosine"] = "dot") -> Array:
     """Proximity of every pair of rows of a position table.
 
     Parameters
@@ -301,7 +304,8 @@ def _monotonicity(xp, phi):
     return xp.mean(xp.concat(rhos))
 
 
-def properties(table, /, *, metric="dot"):
+def properties(table: Array, /, *,
+               metric: Literal["dot", "cosine", "precomputed"] = "dot") -> PositionProperties:
     """Monotonicity, translation invariance and symmetry of a position encoding.
 
     The proximity ``phi`` is ``similarity(table, metric=metric)``, or ``table`` itself with

@@ -13,6 +13,7 @@ float32 and 1e-13 in float64 over [-12, 12]).
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from ._lib import (
     array_namespace,
@@ -23,6 +24,7 @@ from ._lib import (
     device_of,
     work_float,
 )
+from .typing import Array
 
 __all__ = ["conv_positional", "conv_positional_2d"]
 
@@ -122,7 +124,9 @@ def _slice_axis(x, axis, start, length):
     return x[tuple(idx)]
 
 
-def conv_positional(x, weight, bias=None, /, *, axis=-2, activation="gelu", residual=True):
+def conv_positional(x: Array, weight: Array, bias: Array | None = None, /, *, axis: int = -2,
+                    activation: Literal["gelu", "tanh"] | None = "gelu",
+                    residual: bool = True) -> Array:
     """Convolutional position encoding: a depthwise 1-D convolution along the sequence.
 
     ``y[t, c] = sum_m weight[m, c] x[t + m - (kernel-1)//2, c] + bias[c]`` with zeros outside
@@ -214,7 +218,9 @@ def _finish(xp, out, xw, bias, activation, residual, dtype):
     return out if out.dtype == dtype else xp.astype(out, dtype)
 
 
-def conv_positional_2d(x, weight, bias=None, /, *, activation=None, residual=True):
+def conv_positional_2d(x: Array, weight: Array, bias: Array | None = None, /, *,
+                       activation: Literal["gelu", "tanh"] | None = None,
+                       residual: bool = True) -> Array:
     """CPVT's position encoding generator (PEG): a depthwise 2-D convolution of the token grid.
 
     ``y[h, w, c] = sum_{a, b} weight[a, b, c] x[h + a - (kh-1)//2, w + b - (kw-1)//2, c]

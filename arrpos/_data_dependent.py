@@ -34,6 +34,7 @@ from ._lib import (
     has_float64,
     round_once,
 )
+from .typing import Array, DType, Device, Namespace
 
 __all__ = ["apply_pope", "content_relative_bias", "cope_bias", "cope_positions",
            "forgetting_bias", "forgetting_bias_per_row", "pope_cos_sin"]
@@ -85,7 +86,9 @@ def _softplus(xp, x):
 
 # --------------------------------------------------------------------- Inkling
 
-def content_relative_bias(states, profiles, relative, query_scale=None, /, *, clip=None):
+def content_relative_bias(states: Array, profiles: Array, relative: Array,
+                          query_scale: Array | None = None, /, *,
+                          clip: float | None = None) -> Array:
     """Inkling's content-conditioned relative bias: each query mixes a bank of learned
     bias-versus-distance profiles with its own per-head weights.
 
@@ -185,7 +188,8 @@ def content_relative_bias(states, profiles, relative, query_scale=None, /, *, cl
 
 # --------------------------------------------------------------------- Forgetting Transformer
 
-def forgetting_bias(log_forget, log_forget_reverse=None, /, query_len=None):
+def forgetting_bias(log_forget: Array, log_forget_reverse: Array | None = None, /,
+                    query_len: int | None = None) -> Array:
     """The Forgetting Transformer's forget-gate bias ("data-dependent ALiBi").
 
     With ``L = cumsum(log_forget)`` along the sequence, the bias of query ``i`` (the last
@@ -264,7 +268,7 @@ def forgetting_bias(log_forget, log_forget_reverse=None, /, query_len=None):
     return round_once(xp, bias, out)
 
 
-def forgetting_bias_per_row(log_forget, /):
+def forgetting_bias_per_row(log_forget: Array, /) -> Array:
     """The per-query forget-gate bias of x-transformers' ``PerRowDataDependentAlibi``: each
     query has its own gate on every earlier key.
 
@@ -344,7 +348,8 @@ def _check_scores(xp, scores, mask, causal):
     return causal
 
 
-def cope_positions(scores, mask=None, /, *, causal=True, max_position=None):
+def cope_positions(scores: Array, mask: Array | None = None, /, *, causal: bool = True,
+                   max_position: float | None = None) -> Array:
     """CoPE's contextual positions: how many gated keys lie between each key and the query.
 
     ``g = sigmoid(scores)`` where the key is attended (``mask`` True, and not after the query
@@ -402,7 +407,8 @@ def _reverse_cumsum(xp, g):
     return xp.sum(g, axis=-1, keepdims=True) - xp.cumulative_sum(g, axis=-1) + g
 
 
-def cope_bias(q, scores, table, mask=None, /, *, causal=True, temperature=None):
+def cope_bias(q: Array, scores: Array, table: Array, mask: Array | None = None, /, *,
+              causal: bool = True, temperature: float | None = None) -> Array:
     """CoPE, contextual position encoding (Golovneva et al. 2024): a bias from a learned table
     of position vectors at each key's contextual (real) position.
 
@@ -491,7 +497,9 @@ def cope_bias(q, scores, table, mask=None, /, *, causal=True, temperature=None):
 
 # --------------------------------------------------------------------- PoPE
 
-def pope_cos_sin(positions, /, dim, *, base=10000.0, dtype=None, device=None, xp=None):
+def pope_cos_sin(positions: Array | int, /, dim: int, *, base: float = 10000.0,
+                 dtype: DType | None = None, device: Device | None = None,
+                 xp: Namespace | None = None) -> tuple[Array, Array]:
     """PoPE's angles: ``cos`` and ``sin`` of ``p * base ** (-j / dim)`` for ``j < dim``.
 
     PoPE (polar position embedding, Gopalakrishnan et al. 2025) gives each of the ``dim``
@@ -540,7 +548,7 @@ def pope_cos_sin(positions, /, dim, *, base=10000.0, dtype=None, device=None, xp
     return table[..., dim:], table[..., :dim]
 
 
-def apply_pope(x, cos, sin, phase=None, /):
+def apply_pope(x: Array, cos: Array, sin: Array, phase: Array | None = None, /) -> Array:
     """PoPE: ``softplus(x)`` as magnitudes at the positions' angles, ``[m cos(a), m sin(a)]``.
 
     ``out = concat(softplus(x) * cos(t + phase), softplus(x) * sin(t + phase))`` along the

@@ -7,6 +7,7 @@ can be right to 1e-12 and not only to the ~1e-9 a float64 frequency allows.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from decimal import Decimal, localcontext
 
 import numpy as np
@@ -19,7 +20,7 @@ PI = Decimal(
 _PREC = 45
 
 
-def double_double(values) -> tuple[np.ndarray, np.ndarray]:
+def double_double(values: Sequence[Decimal]) -> tuple[np.ndarray, np.ndarray]:
     """Decimal values -> (hi, lo) float64 arrays, hi = nearest float, lo = nearest of the rest."""
     hi = np.array([float(v) for v in values], dtype=np.float64)
     lo = np.array([float(v - Decimal(float(h))) for v, h in zip(values, hi)], dtype=np.float64)

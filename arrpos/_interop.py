@@ -22,6 +22,7 @@ from ._lib import (
     dtype_kind,
     is_lazy,
 )
+from .typing import Array, RopeLayout
 
 __all__ = ["from_cos_sin_cache", "from_freqs_cis", "from_rotation_matrices", "rotation_matrices",
            "to_cos_sin_cache", "to_freqs_cis"]
@@ -90,7 +91,7 @@ def _check_pair(xp, cos, sin, layout):
     return layout
 
 
-def to_freqs_cis(cos, sin, /, *, layout="half"):
+def to_freqs_cis(cos: Array, sin: Array, /, *, layout: RopeLayout = "half") -> Array:
     """arrpos ``cos``, ``sin`` tables as a complex ``freqs_cis``: ``cos + i sin`` of each pair.
 
     Parameters
@@ -139,7 +140,7 @@ def to_freqs_cis(cos, sin, /, *, layout="half"):
     return xp.astype(c, cdt) + xp.astype(s, cdt) * 1j
 
 
-def from_freqs_cis(freqs_cis, /, *, layout="half"):
+def from_freqs_cis(freqs_cis: Array, /, *, layout: RopeLayout = "half") -> tuple[Array, Array]:
     """A complex ``freqs_cis`` ``(..., R/2)`` as arrpos full-width ``(cos, sin)`` tables.
 
     Parameters
@@ -181,7 +182,7 @@ def from_freqs_cis(freqs_cis, /, *, layout="half"):
     return _widen(xp, xp.real(freqs_cis), layout), _widen(xp, xp.imag(freqs_cis), layout)
 
 
-def to_cos_sin_cache(cos, sin, /, *, layout="half"):
+def to_cos_sin_cache(cos: Array, sin: Array, /, *, layout: RopeLayout = "half") -> Array:
     """arrpos ``cos``, ``sin`` tables as a ``[cos | sin]`` cache (vLLM, SGLang, FlashInfer).
 
     Parameters
@@ -224,7 +225,7 @@ def to_cos_sin_cache(cos, sin, /, *, layout="half"):
     return xp.concat([_halve(xp, cos, layout), _halve(xp, sin, layout)], axis=-1)
 
 
-def from_cos_sin_cache(cache, /, *, layout="half"):
+def from_cos_sin_cache(cache: Array, /, *, layout: RopeLayout = "half") -> tuple[Array, Array]:
     """A ``[cos | sin]`` cache (vLLM, SGLang, FlashInfer) as arrpos full-width tables.
 
     Parameters
@@ -270,7 +271,7 @@ def from_cos_sin_cache(cache, /, *, layout="half"):
     return _widen(xp, cache[..., :h], layout), _widen(xp, cache[..., h:], layout)
 
 
-def rotation_matrices(cos, sin, /, *, layout="half"):
+def rotation_matrices(cos: Array, sin: Array, /, *, layout: RopeLayout = "half") -> Array:
     """arrpos ``cos``, ``sin`` tables as one 2x2 rotation matrix per pair.
 
     Parameters
@@ -312,7 +313,8 @@ def rotation_matrices(cos, sin, /, *, layout="half"):
     return xp.stack(rows, axis=-2)
 
 
-def from_rotation_matrices(matrices, /, *, layout="half"):
+def from_rotation_matrices(matrices: Array, /, *,
+                           layout: RopeLayout = "half") -> tuple[Array, Array]:
     """2x2 rotation matrices ``(..., R/2, 2, 2)`` as arrpos full-width ``(cos, sin)`` tables.
 
     Parameters

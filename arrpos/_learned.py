@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -33,6 +35,7 @@ from ._lib import (
     index_dtype,
     round_once,
 )
+from .typing import Array, DType, Device, Namespace, Size
 
 __all__ = ["learned_init", "lookup", "resample", "resample_grids", "resize_relative_table"]
 
@@ -42,8 +45,10 @@ _CUBIC_A = -0.75  # torch's (and OpenCV's) bicubic coefficient
 _AA_CUBIC_A = -0.5  # torch's antialiased bicubic uses Keys' (and PIL's) coefficient instead
 
 
-def learned_init(num_positions, dim, *, method="normal", std=0.02, seed=None, dtype=None,
-                 device=None, xp=None):
+def learned_init(num_positions: int, dim: int, *,
+                 method: Literal["normal", "trunc_normal", "sinusoidal", "zeros"] = "normal",
+                 std: float = 0.02, seed: int | None = None, dtype: DType | None = None,
+                 device: Device | None = None, xp: Namespace | None = None) -> Array:
     """A new learned position table ``(num_positions, dim)``.
 
     Parameters
@@ -131,7 +136,7 @@ def _check_table(xp, table, name="table"):
     check_array(xp, table, name, kind="floating", min_ndim=2, shape_hint="(..., rows, dim)")
 
 
-def lookup(table, positions, /):
+def lookup(table: Array, positions: Array, /) -> Array:
     """Rows of a learned table at the given positions.
 
     Parameters
@@ -312,8 +317,9 @@ def _size_tuple(size, name):
     return tuple(check_positive_int(s, f"{name}[{i}]") for i, s in enumerate(sizes)), False
 
 
-def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
-             antialias=False, align_corners=False):
+def resample(table: Array, /, size: Size, *, old_size: Size | None = None, prefix_tokens: int = 0,
+             method: Literal["linear", "cubic"] = "linear", antialias: bool = False,
+             align_corners: bool = False) -> Array:
     """Resize a learned position table to a new length or grid (timm's
     ``resample_abs_pos_embed``), equal to ``torch.nn.functional.interpolate`` with the same
     ``align_corners`` and ``antialias``.
@@ -400,7 +406,7 @@ def resample(table, /, size, *, old_size=None, prefix_tokens=0, method="linear",
                          f"prefix_tokens, got {rows} rows")
     if old_size is None:
         if len(new) == 1:
-            old = (n,)
+            old: tuple[int, ...] = (n,)
         else:
             side = math.isqrt(n)
             if side * side != n:
@@ -463,8 +469,11 @@ def _grid_order(h, w, merge):
     return flat.transpose(0, 2, 1, 3).reshape(-1)
 
 
-def resample_grids(table, grids, /, *, old_size=None, method="linear", align_corners=False,
-                   antialias=False, merge_size=1, preserve_aspect=False, pad_to=None):
+def resample_grids(table: Array, grids: Array | Sequence[Sequence[int]], /, *,
+                   old_size: Sequence[int] | None = None,
+                   method: Literal["linear", "cubic"] = "linear", align_corners: bool = False,
+                   antialias: bool = False, merge_size: int = 1, preserve_aspect: bool = False,
+                   pad_to: int | None = None) -> Array:
     """Resample one learned grid table to the grid of every image of a batch (per-image
     interpolation: Qwen2-VL-style packed sequences, timm NaFlex padded batches).
 
@@ -670,8 +679,10 @@ def _weights_geometric(src, dst, single):
     return np.stack([left, right], axis=1), weight
 
 
-def resize_relative_table(table, /, window, *, old_window=None, extra_tokens=0, method="cubic",
-                          antialias=False):
+def resize_relative_table(table: Array, /, window: Sequence[int], *,
+                          old_window: Sequence[int] | None = None, extra_tokens: int = 0,
+                          method: Literal["linear", "cubic", "geometric"] = "cubic",
+                          antialias: bool = False) -> Array:
     """Resize a Swin / BEiT relative-position bias table to another window size.
 
     The table's rows are the ``prod(2 w - 1)`` relative offsets of a window ``w`` (the rows

@@ -10,6 +10,7 @@ where array arguments elsewhere refuse lists.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 
 from ._lib import (
     MAX_ELEMENTS,
@@ -23,6 +24,7 @@ from ._lib import (
     device_of,
     index_dtype,
 )
+from .typing import Array, Namespace
 
 __all__ = ["packed_mask", "packed_positions"]
 
@@ -76,7 +78,7 @@ def _document_ids(xp, lens, total):
     return doc, tokens, ends - lens
 
 
-def packed_positions(lengths, /, *, xp=None):
+def packed_positions(lengths: Array | Sequence[int], /, *, xp: Namespace | None = None) -> Array:
     """Positions that restart at 0 for every document of a packed row.
 
     Parameters
@@ -125,7 +127,8 @@ def packed_positions(lengths, /, *, xp=None):
     return tokens - xp.take(starts, doc, axis=0)
 
 
-def packed_mask(lengths, /, *, causal=False, xp=None):
+def packed_mask(lengths: Array | Sequence[int], /, *, causal: bool = False,
+                xp: Namespace | None = None) -> Array:
     """Same-document attention mask of a packed row.
 
     Parameters

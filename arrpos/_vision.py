@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,13 +32,15 @@ from ._lib import (
     round_once,
     to_numpy,
 )
+from .typing import Array, DType, Device, GridMode, Namespace
 
 __all__ = ["CoordAugmentation", "augment_coords", "coord_augmentation", "patch_coords"]
 
 _MODES = ("index", "linspace", "center")
 
 
-def host_grids(xp, grids, name: str, widths=(2,)):
+def host_grids(xp: Namespace, grids: Array | Sequence[Sequence[int]], name: str,
+               widths: tuple[int, ...] = (2,)) -> tuple[np.ndarray, Device]:
     """``grids`` as host int64 rows ``(n, c)`` (``c`` one of ``widths``) and the device of the
     array (None for a sequence of tuples, accepted as sizes like a shape). Every entry >= 1."""
     what = " or ".join({2: "(h, w)", 3: "(t, h, w)"}[c] for c in widths) + " rows"
@@ -79,7 +83,9 @@ def _axis_values(n, mode):
     return i
 
 
-def patch_coords(grids, /, *, mode="index", pad_to=None, dtype=None, device=None, xp=None):
+def patch_coords(grids: Array | Sequence[Sequence[int]], /, *, mode: GridMode = "index",
+                 pad_to: int | None = None, dtype: DType | None = None,
+                 device: Device | None = None, xp: Namespace | None = None) -> tuple[Array, Array]:
     """Per-sample patch coordinates of a batch of images with different grids (timm NaFlex),
     padded to one length, with the mask of the real patches.
 
@@ -227,7 +233,7 @@ class CoordAugmentation:
         object.__setattr__(self, "jitter", jitter)
         object.__setattr__(self, "rescale", rescale)
 
-    def __call__(self, coords, /, *, dtype=None):
+    def __call__(self, coords: Array, /, *, dtype: DType | None = None) -> Array:
         xp = array_namespace(coords, name="coords")
         check_array(xp, coords, "coords", kind="real", min_ndim=1, shape_hint="(..., n)")
         n = coords.shape[-1]
@@ -249,7 +255,9 @@ class CoordAugmentation:
         return round_once(xp, out, dtype)
 
 
-def coord_augmentation(n_axes, /, *, shift=None, jitter=None, rescale=None, seed=None):
+def coord_augmentation(n_axes: int, /, *, shift: float | None = None, jitter: float | None = None,
+                       rescale: float | None = None,
+                       seed: int | np.random.Generator | None = None) -> CoordAugmentation:
     """Draw one DINOv3 coordinate augmentation (shift, per-axis jitter, global rescale).
 
     The draws of transformers' ``augment_patches_center_coordinates`` (DINOv3, EoMT-DINOv3)
@@ -306,7 +314,7 @@ def coord_augmentation(n_axes, /, *, shift=None, jitter=None, rescale=None, seed
     if seed is not None and not isinstance(seed, np.random.Generator):
         seed = check_int(seed, "seed", minimum=0)
     rng = np.random.default_rng(seed)
-    out = {}
+    out: dict[str, Any] = {}
     if shift is not None:
         out["shift"] = tuple(float(-shift + 2 * shift * u) for u in rng.random(n))
     if jitter is not None:
@@ -318,7 +326,9 @@ def coord_augmentation(n_axes, /, *, shift=None, jitter=None, rescale=None, seed
     return CoordAugmentation(**out)
 
 
-def augment_coords(coords, /, *, shift=None, jitter=None, rescale=None, seed=None, dtype=None):
+def augment_coords(coords: Array, /, *, shift: float | None = None, jitter: float | None = None,
+                   rescale: float | None = None, seed: int | np.random.Generator | None = None,
+                   dtype: DType | None = None) -> Array:
     """DINOv3's training-time coordinate augmentation of patch coordinates.
 
     ``coord_augmentation(coords.shape[-1], shift=..., jitter=..., rescale=..., seed=...)``

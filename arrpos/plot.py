@@ -11,7 +11,7 @@ imports matplotlib.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -24,6 +24,7 @@ except ImportError as exc:  # the plot extra is optional
 
 import arrpos
 from arrpos._lib import check_int, to_numpy
+from arrpos.typing import AlibiMode
 
 __all__ = ["alibi", "rope_decay", "similarity", "t5", "table", "to_host"]
 
@@ -143,7 +144,7 @@ def table(table: Any, /, *, title: str | None = "positional encoding", cmap: str
     return fig
 
 
-def similarity(table: Any, /, *, metric: str = "dot", title: str | None = None,
+def similarity(table: Any, /, *, metric: Literal["dot", "cosine"] = "dot", title: str | None = None,
                cmap: str = "viridis", ax: Any = None,
                figsize: tuple[float, float] = (6.0, 5.0)) -> Figure:
     """Similarity matrix of an encoding table: how close position ``i`` is to position ``j``.
@@ -319,8 +320,8 @@ def _heads_grid(bias: np.ndarray, heads: Any, title: str, cmap: str,
     return fig
 
 
-def alibi(slopes: Any = 8, /, *, length: int = 32, mode: str = "causal", max_bias: float = 8.0,
-          heads: Any = None, cmap: str = "viridis",
+def alibi(slopes: Any = 8, /, *, length: int = 32, mode: AlibiMode = "causal",
+          max_bias: float = 8.0, heads: Any = None, cmap: str = "viridis",
           figsize: tuple[float, float] | None = None) -> Figure:
     """ALiBi's attention bias, one panel per head (Press et al., 2022).
 
@@ -370,9 +371,9 @@ def alibi(slopes: Any = 8, /, *, length: int = 32, mode: str = "causal", max_bia
                        "query position", labels=labels)
 
 
-def t5(table: Any, /, *, length: int = 64, bidirectional: bool = True, num_buckets: int | None = None,
-       max_distance: int = 128, heads: Any = None, cmap: str = _DIVERGING,
-       figsize: tuple[float, float] | None = None) -> Figure:
+def t5(table: Any, /, *, length: int = 64, bidirectional: bool = True,
+       num_buckets: int | None = None, max_distance: int = 128, heads: Any = None,
+       cmap: str = _DIVERGING, figsize: tuple[float, float] | None = None) -> Figure:
     """T5's relative attention bias, one panel per head (Raffel et al., 2020).
 
     The bias of query ``i`` and key ``j`` is ``table[t5_bucket(j - i), h]``: exact buckets near

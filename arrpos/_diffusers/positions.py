@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from .._lib import (
 from .._rope.apply import apply_rope
 from .._rope.checks import heads_axis_from_end
 from .._rope.tables import rope_cos_sin
+from ..typing import Array, DType, Device, Namespace
 
 __all__ = ["DiffusersPositions", "from_diffusers_config"]
 
@@ -50,7 +52,7 @@ _COUNTS = {"frames": 1, "height": 1, "width": 1, "length": 1, "text_len": 0, "pa
            "frame_offset": 0}
 
 
-def from_diffusers_config(config, /):
+def from_diffusers_config(config: Mapping[str, Any], /) -> DiffusersPositions:
     """The positional encoding of a diffusers transformer, from its ``config.json``.
 
     Parameters
@@ -175,7 +177,7 @@ class DiffusersPositions:
     _spec: Spec
     _config: dict
 
-    def __init__(self, spec, config):
+    def __init__(self, spec: Spec, config: Mapping[str, Any]) -> None:
         object.__setattr__(self, "_spec", spec)
         object.__setattr__(self, "_config", json.loads(json.dumps(dict(config))))
 
@@ -200,12 +202,35 @@ class DiffusersPositions:
         dim = f"head_dim={s.head_dim}" if s.kind == "rope" else f"width={s.width}"
         return f"DiffusersPositions({s.class_name!r}, kind={s.kind!r}, {dim}, n_axes={s.n_axes})"
 
-    class_name = property(lambda self: self._spec.class_name)
-    kind = property(lambda self: self._spec.kind)
-    head_dim = property(lambda self: self._spec.head_dim)
-    width = property(lambda self: self._spec.width)
-    n_axes = property(lambda self: self._spec.n_axes)
-    order = property(lambda self: self._spec.order)
+    @property
+    def class_name(self) -> str:
+        """The model class the config names (its ``_class_name``)."""
+        return self._spec.class_name
+
+    @property
+    def kind(self) -> str:
+        """``"rope"`` (rotary: :meth:`cos_sin`, :meth:`apply`) or ``"sincos"`` (:meth:`table`)."""
+        return self._spec.kind
+
+    @property
+    def head_dim(self) -> int | None:
+        """Features of ``x`` per head (the rotated ones first); None for sincos models."""
+        return self._spec.head_dim
+
+    @property
+    def width(self) -> int:
+        """Features the tables cover (rotated plus leading pass-through; sincos: the table)."""
+        return self._spec.width
+
+    @property
+    def n_axes(self) -> int:
+        """Coordinates per position id: the last axis of :meth:`position_ids`."""
+        return self._spec.n_axes
+
+    @property
+    def order(self) -> str:
+        """How the position ids are laid out (for the reader)."""
+        return self._spec.order
 
     @property
     def size_names(self) -> tuple:
@@ -213,7 +238,8 @@ class DiffusersPositions:
         params = inspect.signature(self._spec.ids).parameters.values()
         return tuple(p.name for p in sorted(params, key=lambda p: p.default is not p.empty))
 
-    def position_ids(self, *, dtype=None, device=None, xp=None, **sizes):
+    def position_ids(self, *, dtype: DType | None = None, device: Device | None = None,
+                     xp: Namespace | None = None, **sizes: float) -> Array:
         """The position ids the model builds for a latent of the given size.
 
         Parameters
@@ -308,7 +334,7 @@ class DiffusersPositions:
         shift = xp.asarray([t for _, t in self._spec.transform], dtype=work, device=dev)
         return xp.astype(pos, work) * scale + shift
 
-    def cos_sin(self, position_ids, /, *, dtype=None):
+    def cos_sin(self, position_ids: Array, /, *, dtype: DType | None = None) -> tuple[Array, Array]:
         """``(cos, sin)`` of the model's rotary module at ``position_ids``.
 
         Parameters
@@ -352,7 +378,8 @@ class DiffusersPositions:
             cos, sin = xp.reshape(cos, shape), xp.reshape(sin, shape)
         return cos, sin
 
-    def apply(self, x, position_ids, /, *, heads_axis, inverse=False):
+    def apply(self, x: Array, position_ids: Array, /, *, heads_axis: int | None,
+              inverse: bool = False) -> Array:
         """Rotate ``x`` as the model's apply function does.
 
         Parameters
@@ -424,7 +451,7 @@ class DiffusersPositions:
 
     # --- sincos ---------------------------------------------------------------------------
 
-    def table(self, position_ids, /, *, dtype=None):
+    def table(self, position_ids: Array, /, *, dtype: DType | None = None) -> Array:
         """The model's sincos table at ``position_ids`` (what it adds to the patch tokens).
 
         Parameters

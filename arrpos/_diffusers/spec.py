@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -181,7 +181,7 @@ def axis_blocks(dims, theta, layout="interleaved", *, joint=False, scale=None):
 
 # --- ids --------------------------------------------------------------------------------------
 
-def grid(*axes) -> np.ndarray:
+def grid(*axes: Sequence[float] | np.ndarray) -> np.ndarray:
     """Every combination of the coordinates ``axes`` (1-D arrays), the last varying fastest:
     shape ``(prod(len), len(axes))``, float64 (``torch.meshgrid(..., indexing="ij")`` stacked
     and flattened, the order patch tokens take in every model here)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from collections.abc import Iterable
+from typing import TypeVar
 
 import numpy as _np
 
@@ -128,7 +130,10 @@ def check_real_scalar(value, name: str, *, positive: bool = False, finite: bool 
     return value
 
 
-def check_choice(value, name: str, allowed) -> str:
+_Choice = TypeVar("_Choice")  # the caller's type (a Literal of the choices) comes back
+
+
+def check_choice(value: _Choice, name: str, allowed: Iterable[str | None]) -> _Choice:
     """``value`` if it is one of the strings ``allowed``."""
     if not isinstance(value, str) or value not in allowed:
         opts = ", ".join(repr(a) for a in allowed)

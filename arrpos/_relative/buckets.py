@@ -27,6 +27,7 @@ from .._lib import (
     check_positive_int,
     device_of,
 )
+from ..typing import Array, DType, Namespace
 
 __all__ = [
     "deberta_bucket",
@@ -106,7 +107,7 @@ def _deberta_value(bucket_size, max_position):
     return value
 
 
-def _deberta_top(bucket_size, max_position, top) -> int:
+def _deberta_top(bucket_size: int, max_position: int, top: int) -> int:
     """The largest bucket magnitude of distances up to ``top``."""
     mid = bucket_size // 2
     if top <= mid:
@@ -129,14 +130,14 @@ def _deberta_steps(bucket_size, max_position, top):
                                       top))
 
 
-def _distance_top(xp, dtype, wide) -> int:
+def _distance_top(xp: Namespace, dtype: DType, wide: DType) -> int:
     """The largest ``|value|`` an integer ``dtype`` holds, capped at the index dtype's maximum
     (``float32(2**63 - 1) == 2**63``: the buckets of the two are equal)."""
     info = xp.iinfo(dtype)
     return min(max(int(info.max), -int(info.min)), int(xp.iinfo(wide).max))
 
 
-def bucket_dtype(xp, dtype, wide, largest: int):
+def bucket_dtype(xp: Namespace, dtype: DType, wide: DType, largest: int) -> DType:
     """``dtype`` when it is signed and holds every bucket (``|bucket| <= largest``), else the
     index dtype: buckets of int8 distances may not fit int8, and buckets are signed."""
     info = xp.iinfo(dtype)
@@ -157,7 +158,8 @@ def _count_steps(xp, steps, n):
     return xp.reshape(xp.astype(c, n.dtype), n.shape)
 
 
-def t5_bucket(relative, /, *, bidirectional=True, num_buckets=32, max_distance=128):
+def t5_bucket(relative: Array, /, *, bidirectional: bool = True, num_buckets: int = 32,
+              max_distance: int = 128) -> Array:
     """T5's relative-position bucket, identical to transformers'
     ``T5Attention._relative_position_bucket``.
 
@@ -240,7 +242,7 @@ def t5_bucket(relative, /, *, bidirectional=True, num_buckets=32, max_distance=1
     return out if dtype == out.dtype else xp.astype(out, dtype)
 
 
-def deberta_bucket(relative, /, *, bucket_size=256, max_position=512):
+def deberta_bucket(relative: Array, /, *, bucket_size: int = 256, max_position: int = 512) -> Array:
     """DeBERTa-v2 log bucket of ``query - key``, identical to transformers'
     ``make_log_bucket_position(-relative, bucket_size, max_position)``.
 

@@ -3,6 +3,8 @@ Swin-V2 log-spaced coordinates and Shaw et al.'s clipped index."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -20,6 +22,7 @@ from .._lib import (
     from_host,
 )
 from .buckets import bucket_dtype
+from ..typing import Array, DType, Device, Namespace
 
 __all__ = [
     "log_relative_coords",
@@ -31,7 +34,8 @@ __all__ = [
 
 # --------------------------------------------------------------------------- index matrices
 
-def relative_positions(query_len, key_len, *, query_offset=0, device=None, xp=None):
+def relative_positions(query_len: int, key_len: int, *, query_offset: int = 0,
+                       device: Device | None = None, xp: Namespace | None = None) -> Array:
     """Relative positions ``key - query`` of every query/key pair.
 
     Parameters
@@ -83,7 +87,8 @@ def relative_positions(query_len, key_len, *, query_offset=0, device=None, xp=No
 
 
 
-def relative_index_nd(window, *, device=None, xp=None):
+def relative_index_nd(window: Sequence[int], *, device: Device | None = None,
+                      xp: Namespace | None = None) -> Array:
     """Swin / BEiT relative position index of a window with any number of axes.
 
     Tokens are the window flattened in C order. For tokens ``a`` and ``b`` with coordinates
@@ -151,8 +156,9 @@ def relative_index_nd(window, *, device=None, xp=None):
     return xp.reshape(flat, (n, 1)) - xp.reshape(flat, (1, n)) + centre
 
 
-def log_relative_coords(window, *, pretrained_window=None, mode="swin", dtype=None,
-                        device=None, xp=None):
+def log_relative_coords(window: Sequence[int], *, pretrained_window: Sequence[int] | None = None,
+                        mode: Literal["swin", "cr"] = "swin", dtype: DType | None = None,
+                        device: Device | None = None, xp: Namespace | None = None) -> Array:
     """Swin-V2's log-spaced continuous relative coordinates of a window (the input of its
     continuous position bias MLP).
 
@@ -242,7 +248,7 @@ def log_relative_coords(window, *, pretrained_window=None, mode="swin", dtype=No
     return from_host(xp, np.stack(coords, axis=-1), dtype, device)
 
 
-def shaw_index(relative, /, *, max_distance):
+def shaw_index(relative: Array, /, *, max_distance: int) -> Array:
     """Shaw et al. (2018) index: ``clip(relative, -K, K) + K`` into a table of ``2K+1`` rows.
 
     Parameters

@@ -14,6 +14,7 @@ from .._lib import (
     device_of,
     work_float,
 )
+from ..typing import Array
 
 __all__ = [
     "deberta_scores",
@@ -49,7 +50,7 @@ def _matmul_t(xp, a, b):
 
 # --------------------------------------------------------------------------- bias and shift
 
-def relative_bias(table, index, /):
+def relative_bias(table: Array, index: Array, /) -> Array:
     """A learned per-head bias looked up by bucket: ``out[h, i, j] = table[index[i, j], h]``.
 
     Parameters
@@ -96,7 +97,7 @@ def relative_bias(table, index, /):
     return xp.permute_dims(rows, (rows.ndim - 1,) + tuple(range(rows.ndim - 1)))
 
 
-def rel_shift(scores, /):
+def rel_shift(scores: Array, /) -> Array:
     """Transformer-XL's relative shift on the last two axes ``(q, k)``.
 
     ``scores[..., i, m]`` is computed against the relative embedding of distance ``k-1-m``
@@ -172,7 +173,7 @@ def _check_index(xp, index, q, n, qname, tname):
     return check_index(xp, index, n, "index", f"the rows of {tname}")
 
 
-def shaw_key_scores(q, table, index, /):
+def shaw_key_scores(q: Array, table: Array, index: Array, /) -> Array:
     """Shaw et al.'s key term ``out[..., i, j] = q[..., i, :] . table[index[i, j], :]``.
 
     Computed as one product of the queries with the ``2K+1`` rows of the table followed by a
@@ -236,7 +237,7 @@ def shaw_key(xp, q, table, index):
     return _gather_last(xp, _matmul_t(xp, q, table), index)
 
 
-def shaw_value_term(weights, table, index, /):
+def shaw_value_term(weights: Array, table: Array, index: Array, /) -> Array:
     """Shaw et al.'s value term ``out[..., i, :] = sum_j weights[..., i, j] table[index[i, j], :]``.
 
     The attention weights are first scattered into the ``num_rows`` buckets
@@ -314,7 +315,7 @@ def shaw_value(xp, weights, table, index):
 
 # --------------------------------------------------------------------------- Transformer-XL
 
-def transformer_xl_scores(q, k, r, u, v, /):
+def transformer_xl_scores(q: Array, k: Array, r: Array, u: Array, v: Array, /) -> Array:
     """Transformer-XL's attention score ``(q + u) k^T + rel_shift((q + v) r^T)`` (unscaled).
 
     Parameters
@@ -382,7 +383,8 @@ def transformer_xl_scores(q, k, r, u, v, /):
 
 # --------------------------------------------------------------------------- DeBERTa
 
-def deberta_scores(q, k, pos_key, pos_query, bucket, /, *, scale_factor=None):
+def deberta_scores(q: Array, k: Array, pos_key: Array | None, pos_query: Array | None,
+                   bucket: Array, /, *, scale_factor: float | None = None) -> Array:
     """DeBERTa's disentangled attention score: content-to-content, content-to-position and
     position-to-content, as transformers' DeBERTa-v2 (``disentangled_attention_bias``).
 
