@@ -23,6 +23,7 @@ from .._lib import (
     recall,
 )
 from .checks import broadcastable_into, check_layout_inverse, check_out
+from ..typing import Array, RopeLayout
 
 __all__ = ["CachedPlan", "Plan", "Served", "apply_rope", "apply_rope_cached", "apply_rope_qk",
            "gather_rotate", "rotate", "serving"]
@@ -105,7 +106,8 @@ def _apply_plan(xp, x, cos, sin, layout, inverse, out):
                                    inverse=inverse, out=out))
 
 
-def apply_rope(x, cos, sin, /, *, layout="half", inverse=False, out=None):
+def apply_rope(x: Array, cos: Array, sin: Array, /, *, layout: RopeLayout = "half",
+               inverse: bool = False, out: Array | None = None) -> Array:
     """Rotate queries or keys: ``x * cos + rotate(x) * sin`` on the first ``cos.shape[-1]`` features.
 
     Parameters
@@ -242,8 +244,9 @@ def _cached_plan(x, cos_cache, sin_cache, position_ids, layout, inverse, out):
                                   inverse=inverse, out=out))
 
 
-def apply_rope_cached(x, cos_cache, sin_cache, position_ids, /, *, layout="half", inverse=False,
-                      out=None):
+def apply_rope_cached(x: Array, cos_cache: Array, sin_cache: Array, position_ids: Array, /, *,
+                      layout: RopeLayout = "half", inverse: bool = False,
+                      out: Array | None = None) -> Array:
     """Rotate ``x`` by half-width cos/sin caches gathered at ``position_ids`` (ONNX form).
 
     Equal to ``apply_rope(x, full(cos_cache[position_ids]), full(sin_cache[position_ids]))``
@@ -368,7 +371,9 @@ def _qk_plan(q, k, cos, sin, layout, inverse, q_out, k_out, pair):
                                    layout=layout, inverse=inverse, out=pair))
 
 
-def apply_rope_qk(q, k, cos, sin, /, *, layout="half", inverse=False, out=None):
+def apply_rope_qk(q: Array, k: Array, cos: Array, sin: Array, /, *, layout: RopeLayout = "half",
+                  inverse: bool = False,
+                  out: tuple[Array, Array] | None = None) -> tuple[Array, Array]:
     """Rotate queries and keys together: ``(apply_rope(q, cos, sin), apply_rope(k, cos, sin))``.
 
     transformers' ``apply_rotary_pos_emb(q, k, cos, sin)`` in one call. ``q`` and ``k`` may

@@ -301,7 +301,7 @@ def clear_tables(tables):
         tables.clear()
 
 
-def clear_caches():
+def clear_caches() -> None:
     """Free every cache arrpos keeps between calls.
 
     The decode caches of every :class:`RoPE` (:meth:`RoPE.clear_cache` frees one RoPE's), the

@@ -16,15 +16,18 @@ from .._lib import (
     output_dtype,
     trace_constant,
 )
-from .scaling import check_scaling, default_inv_freq, lists_scalings
+from .scaling import RopeScaling, check_scaling, default_inv_freq, lists_scalings
+from ..typing import Array, DType, Device, Namespace
 
 __all__ = ["frequency_array", "frequency_key", "host_frequencies", "period_frequencies",
            "pixel_frequencies", "rope_frequencies"]
 
 
 @lists_scalings
-def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None, dtype=None,
-                     device=None, xp=None):
+def rope_frequencies(dim: int, *, base: float = 10000.0, scaling: RopeScaling | None = None,
+                     seq_len: int | None = None, dtype: DType | None = None,
+                     device: Device | None = None,
+                     xp: Namespace | None = None) -> tuple[Array, float]:
     """Inverse frequencies of a rotary width ``dim`` and the attention factor.
 
     Identical to transformers 5's rope initialisation (``ROPE_INIT_FUNCTIONS``) for every
@@ -117,7 +120,8 @@ def frequency_key(rotary_dim, base, scaling, seq_len):
     return inv.tobytes(), float(att)
 
 
-def pixel_frequencies(dim, *, max_freq=10.0, dtype=None, device=None, xp=None):
+def pixel_frequencies(dim: int, *, max_freq: float = 10.0, dtype: DType | None = None,
+                      device: Device | None = None, xp: Namespace | None = None) -> Array:
     """Rotary frequencies for coordinates in ``[-1, 1]`` (rotary-embedding-torch ``"pixel"``).
 
     ``linspace(1, max_freq / 2, dim // 2) * pi``: the lowest frequency turns half a circle over
@@ -169,7 +173,9 @@ def pixel_frequencies(dim, *, max_freq=10.0, dtype=None, device=None, xp=None):
     return xp.asarray(freqs, dtype=dtype, device=device)
 
 
-def period_frequencies(dim, *, min_period, max_period, dtype=None, device=None, xp=None):
+def period_frequencies(dim: int, *, min_period: float, max_period: float,
+                       dtype: DType | None = None, device: Device | None = None,
+                       xp: Namespace | None = None) -> Array:
     """Rotary frequencies ``2 pi / period`` with periods geometric from ``min_period`` to
     ``max_period`` (DINOv3's ``min_period``/``max_period`` schedule).
 

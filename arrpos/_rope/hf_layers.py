@@ -14,6 +14,8 @@ from .._lib import check_positive_int
 from .hf_config import Refusal, query_scale_of, resolve, standard_rope_parameters
 from .hf_models import MODELS
 from .layer import RoPE
+from .position_scales import PositionScale
+from ..typing import Config
 
 __all__ = ["hf_layer_query_scales", "hf_layer_ropes"]
 
@@ -70,7 +72,7 @@ def _rope_layers(model_type, config, n_layers):
     return [bool(f) for f in flags[:n_layers]]
 
 
-def hf_layer_ropes(config, /):
+def hf_layer_ropes(config: Config, /) -> list[RoPE | None]:
     """The rotary of every decoder layer of a transformers model, from its ``config.json``.
 
     Parameters
@@ -113,7 +115,7 @@ def hf_layer_ropes(config, /):
     except (TypeError, ValueError) as e:
         raise Refusal(f"{name}: {e}") from None
     by_type = {}
-    out = []
+    out: list[RoPE | None] = []
     for flag, layer_type in zip(uses_rope, types):
         if not flag:
             out.append(None)
@@ -127,7 +129,7 @@ def hf_layer_ropes(config, /):
     return out
 
 
-def hf_layer_query_scales(config, /):
+def hf_layer_query_scales(config: Config, /) -> list[PositionScale | None]:
     """Per decoder layer, the :class:`PositionScale` its queries get (None: none): Llama 4's
     temperature tuning on NoPE layers, Ministral 3 / Mistral 4's ``llama_4_scaling_beta`` on
     every layer. The rotary layers' entries are their ``RoPE.query_scale``.

@@ -9,6 +9,8 @@ validated internals of :mod:`.frequencies`, :mod:`.tables` and :mod:`.apply` wit
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Literal
 
 from .. import _dispatch
 from .._lib import (
@@ -36,6 +38,7 @@ from .hf_config import rope_from_config
 from .position_scales import PositionScale
 from .scaling import RopeScaling, check_scaling
 from .tables import check_axes, cos_sin_tables, table_args
+from ..typing import Array, Config, DType, Device, Namespace, RopeLayout
 
 __all__ = ["RoPE"]
 
@@ -54,8 +57,9 @@ class RoPE:
     partial_rotary_factor : float, optional
         Rotate the first ``int(head_dim * partial_rotary_factor)`` features (even); the rest
         pass through.
-    layout : {"half", "interleaved"}, optional
-        ``"half"`` for LLaMA-family checkpoints, ``"interleaved"`` for GPT-J / RoFormer.
+    layout : {"half", "interleaved", "blocks"}, optional
+        ``"half"`` for LLaMA-family checkpoints, ``"interleaved"`` for GPT-J / RoFormer;
+        ``"blocks"`` with ``axes`` (see below).
     axes : sequence of int, optional
         Multimodal RoPE: the coordinate each frequency turns with (:func:`mrope_axes`);
         positions then carry a trailing coordinate axis.
@@ -133,9 +137,13 @@ class RoPE:
     _inner: RoPE | None
     _blocks: tuple[int, ...] | None
 
-    def __init__(self, head_dim, *, base=10000.0, scaling=None, partial_rotary_factor=1.0,
-                 layout="half", axes=None, inverse=False, attention_scale=1.0,
-                 position_scale=None, rotary_part="first", rotate_num_heads=None):
+    def __init__(self, head_dim: int, *, base: float = 10000.0, scaling: RopeScaling | None = None,
+                 partial_rotary_factor: float = 1.0,
+                 layout: RopeLayout | Literal["blocks"] = "half",
+                 axes: Sequence[int] | None = None, inverse: bool = False,
+                 attention_scale: float = 1.0, position_scale: PositionScale | None = None,
+                 rotary_part: Literal["first", "last"] = "first",
+                 rotate_num_heads: int | None = None) -> None:
         head_dim = check_positive_int(head_dim, "head_dim")
         attention_scale = check_real_scalar(attention_scale, "attention_scale", positive=True)
         if position_scale is not None and not isinstance(position_scale, PositionScale):
@@ -222,7 +230,7 @@ class RoPE:
             object.__setattr__(self, name, value)
         self._derive()
 
-    def query_scale(self, positions, /, *, dtype=None):
+    def query_scale(self, positions: Array, /, *, dtype: DType | None = None) -> Array | None:
         """The per-position scale this layer's queries get (multiply the queries, or the
         attention logits, by it), or None when the model has none: what the config given to
         :meth:`from_hf_config` asks for (Ministral 3 / Mistral 4 ``llama_4_scaling_beta``;
@@ -233,18 +241,21 @@ class RoPE:
             return None
         return self.position_scale(positions, dtype=dtype)
 
-    def clear_cache(self):
+    def clear_cache(self) -> None:
         """Free this RoPE's decode caches (the half-width cos/sin tables :meth:`apply` keeps
         per namespace, device and dtype); they are rebuilt on next use. A dropped RoPE frees
         them by itself; :func:`arrpos.clear_caches` frees every RoPE's."""
         clear_tables(self._tables)
 
-    def frequencies(self, seq_len=None, xp=None, *, dtype=None, device=None):
+    def frequencies(self, seq_len: int | None = None, xp: Namespace | None = None, *,
+                    dtype: DType | None = None,
+                    device: Device | None = None) -> tuple[Array, float]:
         """``(inv_freq, attention_factor)`` of :func:`rope_frequencies` for this layer."""
         return rope_frequencies(self.rotary_dim, base=self.base, scaling=self.scaling,
                                 seq_len=seq_len, dtype=dtype, device=device, xp=xp)
 
-    def cos_sin(self, positions, dtype=None, *, seq_len=None):
+    def cos_sin(self, positions: Array | int, dtype: DType | None = None, *,
+                seq_len: int | None = None) -> tuple[Array, Array]:
         """``(cos, sin)`` of :func:`rope_cos_sin` at ``positions``, shape ``P + (rotary_dim,)``.
 
         ``seq_len`` feeds the dynamic NTK and LongRoPE scalings; by default it is the largest
@@ -305,7 +316,8 @@ class RoPE:
             pos = xp.astype(pos, index["indexing"])
         return max(int(xp.max(pos)) + 1, 1)
 
-    def apply(self, x, positions, *, heads_axis, inverse=False, out=None, seq_len=None):
+    def apply(self, x: Array, positions: Array | int, *, heads_axis: int | None,
+              inverse: bool = False, out: Array | None = None, seq_len: int | None = None) -> Array:
         """Rotate ``x`` at ``positions``.
 
         Parameters
@@ -443,7 +455,8 @@ class RoPE:
         return xp.reshape(y, tuple(sub.shape))
 
     @classmethod
-    def from_hf_config(cls, config, *, layer_type=None, subconfig=None):
+    def from_hf_config(cls, config: Config, *, layer_type: str | None = None,
+                       subconfig: str | None = None) -> RoPE:
         """The rotary embedding of a transformers model from its ``config.json``, read as
         transformers reads it.
 

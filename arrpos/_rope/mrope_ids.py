@@ -11,6 +11,7 @@ position is formed at once on the inputs' device with Array API operations.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from .mrope_layout import (
     plan_omni,
     plan_runs,
 )
+from ..typing import Array, Config, Namespace
 
 __all__ = ["mrope_position_ids", "vision_position_ids"]
 
@@ -320,8 +322,10 @@ def _check_fits(xp, plan, dtype):
                          "(the model's positions take that dtype); pass int64 input_ids")
 
 
-def mrope_position_ids(config, input_ids, /, *, image_grid_thw=None, video_grid_thw=None,
-                       attention_mask=None, second_per_grid_ts=None, use_audio_in_video=False):
+def mrope_position_ids(config: Config, input_ids: Array, /, *, image_grid_thw: Array | None = None,
+                       video_grid_thw: Array | None = None, attention_mask: Array | None = None,
+                       second_per_grid_ts: Array | None = None,
+                       use_audio_in_video: bool = False) -> tuple[Array, Array]:
     """Multimodal (M-RoPE) position ids of a vision-language prompt, as the model builds them.
 
     Each model's own ``get_rope_index`` of transformers 5.24, reproduced exactly: Qwen2-VL,
@@ -456,7 +460,9 @@ def _grid_rows(xp, grid_thw):
     return host, dev
 
 
-def vision_position_ids(grid_thw, /, *, spatial_merge_size=1, include_temporal=False, xp=None):
+def vision_position_ids(grid_thw: Array | Sequence[Sequence[int]], /, *,
+                        spatial_merge_size: int = 1, include_temporal: bool = False,
+                        xp: Namespace | None = None) -> Array:
     """Patch coordinates of a vision tower's rotary, in its merge-block order.
 
     transformers' ``vision_utils.get_vision_position_ids`` (the Qwen2-VL family's, GLM-4V's,

@@ -8,6 +8,7 @@ applies).
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from .._lib import (
     is_lazy,
     output_dtype,
 )
+from ..typing import Array, DType
 
 __all__ = ["PositionScale", "position_scale"]
 
@@ -35,8 +37,10 @@ _KINDS = {
 }
 
 
-def position_scale(positions, /, *, kind, floor_scale=None, attn_scale=None, beta=None,
-                   original_max_positions=None, alpha=None, dtype=None):
+def position_scale(positions: Array, /, *, kind: Literal["llama4", "log", "log_floor"],
+                   floor_scale: float | None = None, attn_scale: float | None = None,
+                   beta: float | None = None, original_max_positions: float | None = None,
+                   alpha: float | None = None, dtype: DType | None = None) -> Array:
     """Per-position multiplier of the queries of models that scale attention with position.
 
     Parameters
@@ -129,5 +133,5 @@ class PositionScale:
     def _parameters(self):
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
-    def __call__(self, positions, /, *, dtype=None):
+    def __call__(self, positions: Array, /, *, dtype: DType | None = None) -> Array:
         return position_scale(positions, **self._parameters(), dtype=dtype)

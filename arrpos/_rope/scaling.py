@@ -19,6 +19,8 @@ import itertools
 import math
 import textwrap
 import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -60,14 +62,14 @@ def _ntk_base(base: float, stretch: float, dim: int, name: str) -> float:
     return new_base
 
 
-def _factor(value, name: str) -> float:
+def _factor(value: float, name: str) -> float:
     value = check_real_scalar(value, name)
     if value < 1.0:
         raise ValueError(f"{name} must be >= 1 (a scaling stretches the context), got {value}")
     return value
 
 
-def _optional_real(value, name: str, *, positive: bool = False):
+def _optional_real(value: float | None, name: str, *, positive: bool = False) -> float | None:
     return None if value is None else check_real_scalar(value, name, positive=positive)
 
 
@@ -126,11 +128,13 @@ class RopeScaling:
             SCALINGS[cls.rope_type] = cls
 
     @classmethod
-    def from_config(cls, rope_parameters, config):  # pragma: no cover - abstract
+    def from_config(cls, rope_parameters: Mapping[str, Any],  # pragma: no cover - abstract
+                    config: Mapping[str, Any]) -> RopeScaling:
         """The scaling of ``rope_parameters`` (one layer's dict) in a config.json ``config``."""
         raise NotImplementedError
 
-    def frequencies(self, dim: int, base: float, seq_len):  # pragma: no cover - abstract
+    def frequencies(self, dim: int, base: float,  # pragma: no cover - abstract
+                    seq_len: int | None) -> tuple[np.ndarray, float]:
         """``(inv_freq, attention_factor)``: the float64 NumPy frequencies of a rotary width
         ``dim`` (even, validated) with ``base`` at ``seq_len`` (None: as at initialisation)."""
         raise NotImplementedError
@@ -158,13 +162,14 @@ class LinearScaling(RopeScaling):
     rope_type = "linear"
 
     @classmethod
-    def from_config(cls, rope_parameters, config):
+    def from_config(cls, rope_parameters: Mapping[str, Any],
+                    config: Mapping[str, Any]) -> LinearScaling:
         return cls(_need(rope_parameters, "factor", cls.rope_type))
 
     def __post_init__(self):
         self._set("factor", _factor(self.factor, "factor"))
 
-    def frequencies(self, dim, base, seq_len):
+    def frequencies(self, dim: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         return default_inv_freq(dim, base) / self.factor, 1.0
 
 
@@ -184,7 +189,8 @@ class DynamicNTKScaling(RopeScaling):
     seq_dependent = True
 
     @classmethod
-    def from_config(cls, rope_parameters, config):
+    def from_config(cls, rope_parameters: Mapping[str, Any],
+                    config: Mapping[str, Any]) -> DynamicNTKScaling:
         return cls(_need(rope_parameters, "factor", cls.rope_type),
                    _max_positions(config, cls.rope_type))
 
@@ -192,7 +198,7 @@ class DynamicNTKScaling(RopeScaling):
         self._set("factor", _factor(self.factor, "factor"))
         self._set("max_positions", check_positive_int(self.max_positions, "max_positions"))
 
-    def frequencies(self, dim, base, seq_len):
+    def frequencies(self, dim: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         if dim < 4:
             raise ValueError(f"dim must be >= 4 for DynamicNTKScaling (exponent dim/(dim-2)), "
                              f"got {dim}")
@@ -230,7 +236,7 @@ class NTKScaling(RopeScaling):
     def __post_init__(self):
         self._set("factor", _factor(self.factor, "factor"))
 
-    def frequencies(self, dim, base, seq_len):
+    def frequencies(self, dim: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         if dim < 4:
             raise ValueError(f"dim must be >= 4 for NTKScaling (exponent dim/(dim-2)), got {dim}")
         return default_inv_freq(dim, _ntk_base(base, self.factor, dim, "factor")), 1.0
@@ -333,7 +339,8 @@ class YarnScaling(RopeScaling):
     rope_type = "yarn"
 
     @classmethod
-    def from_config(cls, rope_parameters, config):
+    def from_config(cls, rope_parameters: Mapping[str, Any],
+                    config: Mapping[str, Any]) -> YarnScaling:
         rp = rope_parameters
         orig = original_max_positions(rp, config, cls.rope_type)
         factor = rp.get("factor")
@@ -345,8 +352,10 @@ class YarnScaling(RopeScaling):
                    attention_factor=rp.get("attention_factor"),
                    truncate=bool(rp.get("truncate", True)))
 
-    def __init__(self, factor, original_max_positions, *, beta_fast=32.0, beta_slow=1.0,
-                 mscale=None, mscale_all_dim=None, attention_factor=None, truncate=True):
+    def __init__(self, factor: float, original_max_positions: int, *, beta_fast: float = 32.0,
+                 beta_slow: float = 1.0, mscale: float | None = None,
+                 mscale_all_dim: float | None = None, attention_factor: float | None = None,
+                 truncate: bool = True) -> None:
         # an explicit __init__ makes everything after original_max_positions keyword-only
         self._set("factor", _factor(factor, "factor"))
         self._set("original_max_positions",
@@ -372,7 +381,7 @@ class YarnScaling(RopeScaling):
                          / yarn_mscale(self.factor, self.mscale_all_dim))
         return yarn_mscale(self.factor)
 
-    def frequencies(self, dim, base, seq_len):
+    def frequencies(self, dim: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         def correction_dim(rotations):
             return (dim * math.log(self.original_max_positions / (rotations * 2 * math.pi))) / (
                 2 * math.log(base)
@@ -391,7 +400,7 @@ class YarnScaling(RopeScaling):
         return inv, self._attention_factor()
 
 
-def _factor_list(values, name: str) -> tuple:
+def _factor_list(values: Sequence[float], name: str) -> tuple:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise TypeError(f"{name} must be a sequence of numbers, got {type(values).__name__}")
     out = tuple(check_real_scalar(v, f"{name}[{i}]", positive=True)
@@ -426,7 +435,8 @@ class LongRopeScaling(RopeScaling):
     seq_dependent = True
 
     @classmethod
-    def from_config(cls, rope_parameters, config):
+    def from_config(cls, rope_parameters: Mapping[str, Any],
+                    config: Mapping[str, Any]) -> LongRopeScaling:
         rp = rope_parameters
         name = cls.rope_type
         return cls(_need(rp, "short_factor", name), _need(rp, "long_factor", name),
@@ -435,9 +445,10 @@ class LongRopeScaling(RopeScaling):
                    attention_factor=rp.get("attention_factor"),
                    short_mscale=rp.get("short_mscale"), long_mscale=rp.get("long_mscale"))
 
-    def __init__(self, short_factor, long_factor, original_max_positions, *, factor=None,
-                 max_positions=None, attention_factor=None, short_mscale=None,
-                 long_mscale=None):
+    def __init__(self, short_factor: Sequence[float], long_factor: Sequence[float],
+                 original_max_positions: int, *, factor: float | None = None,
+                 max_positions: int | None = None, attention_factor: float | None = None,
+                 short_mscale: float | None = None, long_mscale: float | None = None) -> None:
         short = _factor_list(short_factor, "short_factor")
         long = _factor_list(long_factor, "long_factor")
         if len(short) != len(long):
@@ -472,7 +483,7 @@ class LongRopeScaling(RopeScaling):
             return 1.0
         return math.sqrt(1 + math.log(factor) / math.log(self.original_max_positions))
 
-    def frequencies(self, dim, base, seq_len):
+    def frequencies(self, dim: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         if len(self.short_factor) != dim // 2:
             raise ValueError(
                 f"short_factor and long_factor must have dim // 2 = {dim // 2} entries for "
@@ -502,7 +513,8 @@ class Llama3Scaling(RopeScaling):
     rope_type = "llama3"
 
     @classmethod
-    def from_config(cls, rope_parameters, config):
+    def from_config(cls, rope_parameters: Mapping[str, Any],
+                    config: Mapping[str, Any]) -> Llama3Scaling:
         rp, name = rope_parameters, cls.rope_type
         return cls(_need(rp, "factor", name), _need(rp, "low_freq_factor", name),
                    _need(rp, "high_freq_factor", name),
@@ -520,7 +532,7 @@ class Llama3Scaling(RopeScaling):
         self._set("original_max_positions",
                   check_positive_int(self.original_max_positions, "original_max_positions"))
 
-    def frequencies(self, dim, base, seq_len):
+    def frequencies(self, dim: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         inv = default_inv_freq(dim, base)
         orig = self.original_max_positions
         low_wl, high_wl = orig / self.low_freq_factor, orig / self.high_freq_factor
@@ -554,7 +566,8 @@ class ProportionalScaling(RopeScaling):
     full_width = True  # zero frequencies past the fraction
 
     @classmethod
-    def from_config(cls, rope_parameters, config):
+    def from_config(cls, rope_parameters: Mapping[str, Any],
+                    config: Mapping[str, Any]) -> ProportionalScaling:
         prf = rope_parameters.get("partial_rotary_factor",
                                   config.get("partial_rotary_factor", 1.0))
         return cls(1.0 if prf is None else prf, factor=rope_parameters.get("factor", 1.0))
@@ -566,7 +579,7 @@ class ProportionalScaling(RopeScaling):
         self._set("partial_rotary_factor", prf)
         self._set("factor", _factor(self.factor, "factor"))
 
-    def frequencies(self, dim, base, seq_len):
+    def frequencies(self, dim: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         k = int(self.partial_rotary_factor * dim // 2)
         inv = np.zeros(dim // 2, dtype=np.float64)
         inv[:k] = default_inv_freq(dim, base)[:k]
@@ -609,7 +622,7 @@ class AxialScaling(RopeScaling):
             raise ValueError(f"arrangement must be one of {_ARRANGEMENTS}, got "
                              f"{self.arrangement!r}")
 
-    def frequencies(self, dim, base, seq_len):
+    def frequencies(self, dim: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         inv, att = self._axial_frequencies(dim, base)
         return (inv * (2 * math.pi) if self.turns else inv), att
 

@@ -7,6 +7,8 @@ namespace known, for :class:`RoPE`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Literal
 from decimal import Decimal, localcontext
 
 import numpy as np
@@ -34,6 +36,7 @@ from .._lib import (
     output_dtype,
 )
 from .checks import LAYOUTS
+from ..typing import Array, DType, RopeLayout
 
 __all__ = ["check_axes", "cos_sin_tables", "mrope_axes", "rope_cos_sin", "table_args",
            "xpos_scale"]
@@ -73,8 +76,9 @@ def _check_mixed(inv_freq, pos, axes):
                          f"{tuple(pos.shape)}")
 
 
-def rope_cos_sin(positions, inv_freq, /, *, layout="half", attention_factor=1.0, axes=None,
-                 dtype=None):
+def rope_cos_sin(positions: Array | int, inv_freq: Array, /, *, layout: RopeLayout = "half",
+                 attention_factor: float = 1.0, axes: Sequence[int] | None = None,
+                 dtype: DType | None = None) -> tuple[Array, Array]:
     """The cos and sin tables of RoPE at ``positions``, full width in the layout of ``x``.
 
     ``theta = p * inv_freq``; ``"half"``: ``cos = attention_factor * cos([theta, theta])``
@@ -203,7 +207,8 @@ def table_args(xp, positions, inv_freq, layout, attention_factor, axes, dtype):
     return pos, inv_freq, layout, attention_factor, axes, dtype
 
 
-def mrope_axes(sections, *, interleaved=False, preset=None):
+def mrope_axes(sections: Sequence[int], *, interleaved: bool = False,
+               preset: Literal["bailing", "openpangu"] | None = None) -> tuple[int, ...]:
     """Which coordinate (0 = t, 1 = h, 2 = w) each frequency of multimodal RoPE turns with.
 
     Qwen2-VL (``interleaved=False``): ``sections[k]`` consecutive frequencies per chunk, chunk
@@ -347,7 +352,8 @@ def _xpos_rates(dim: int, scale_base: float) -> np.ndarray:
     return out
 
 
-def xpos_scale(positions, /, dim, *, scale_base=512.0, layout="half", dtype=None):
+def xpos_scale(positions: Array | int, /, dim: int, *, scale_base: float = 512.0,
+               layout: RopeLayout = "half", dtype: DType | None = None) -> Array:
     """The xPos scale (Sun et al. 2022): ``zeta_i ** (p / scale_base)``, full width.
 
     ``zeta_i = (2i/dim + 0.4) / 1.4`` for ``i < dim/2``, laid out like the cos/sin tables
