@@ -8,7 +8,6 @@ device has no float64), on every backend; other positions are refused (``_lib.ch
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -39,7 +38,7 @@ from ._lib import (
     is_lazy,
     output_dtype,
 )
-from .typing import Array, DType, Device, GridMode, Namespace, SinusoidLayout
+from .typing import Array, DType, Device, GridMode, Namespace, Shape, SinusoidLayout
 
 __all__ = ["decode_sinusoidal", "grid_coords", "sinusoidal", "sinusoidal_nd", "timestep_embedding"]
 
@@ -257,7 +256,7 @@ def _axis_coords(xp, n, mode, scale, dtype, device):
     return from_host(xp, i, dtype, device)
 
 
-def grid_coords(shape: Sequence[int], *, scale: float = 1.0, mode: GridMode = "index",
+def grid_coords(shape: Shape, *, scale: float = 1.0, mode: GridMode = "index",
                 dtype: DType | None = None, device: Device | None = None,
                 xp: Namespace | None = None) -> Array:
     """Coordinates of a grid, last grid axis first (x, y, ...), times ``scale``.

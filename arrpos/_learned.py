@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -35,7 +34,7 @@ from ._lib import (
     index_dtype,
     round_once,
 )
-from .typing import Array, DType, Device, Namespace, Size
+from .typing import Array, DType, Device, Grids, Namespace, Shape, Size
 
 __all__ = ["learned_init", "lookup", "resample", "resample_grids", "resize_relative_table"]
 
@@ -469,8 +468,7 @@ def _grid_order(h, w, merge):
     return flat.transpose(0, 2, 1, 3).reshape(-1)
 
 
-def resample_grids(table: Array, grids: Array | Sequence[Sequence[int]], /, *,
-                   old_size: Sequence[int] | None = None,
+def resample_grids(table: Array, grids: Grids, /, *, old_size: Shape | None = None,
                    method: Literal["linear", "cubic"] = "linear", align_corners: bool = False,
                    antialias: bool = False, merge_size: int = 1, preserve_aspect: bool = False,
                    pad_to: int | None = None) -> Array:
@@ -679,8 +677,8 @@ def _weights_geometric(src, dst, single):
     return np.stack([left, right], axis=1), weight
 
 
-def resize_relative_table(table: Array, /, window: Sequence[int], *,
-                          old_window: Sequence[int] | None = None, extra_tokens: int = 0,
+def resize_relative_table(table: Array, /, window: Shape, *, old_window: Shape | None = None,
+                          extra_tokens: int = 0,
                           method: Literal["linear", "cubic", "geometric"] = "cubic",
                           antialias: bool = False) -> Array:
     """Resize a Swin / BEiT relative-position bias table to another window size.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -32,14 +31,14 @@ from ._lib import (
     round_once,
     to_numpy,
 )
-from .typing import Array, DType, Device, GridMode, Namespace
+from .typing import Array, DType, Device, GridMode, Grids, Namespace
 
 __all__ = ["CoordAugmentation", "augment_coords", "coord_augmentation", "patch_coords"]
 
 _MODES = ("index", "linspace", "center")
 
 
-def host_grids(xp: Namespace, grids: Array | Sequence[Sequence[int]], name: str,
+def host_grids(xp: Namespace, grids: Grids, name: str,
                widths: tuple[int, ...] = (2,)) -> tuple[np.ndarray, Device]:
     """``grids`` as host int64 rows ``(n, c)`` (``c`` one of ``widths``) and the device of the
     array (None for a sequence of tuples, accepted as sizes like a shape). Every entry >= 1."""
@@ -83,9 +82,9 @@ def _axis_values(n, mode):
     return i
 
 
-def patch_coords(grids: Array | Sequence[Sequence[int]], /, *, mode: GridMode = "index",
-                 pad_to: int | None = None, dtype: DType | None = None,
-                 device: Device | None = None, xp: Namespace | None = None) -> tuple[Array, Array]:
+def patch_coords(grids: Grids, /, *, mode: GridMode = "index", pad_to: int | None = None,
+                 dtype: DType | None = None, device: Device | None = None,
+                 xp: Namespace | None = None) -> tuple[Array, Array]:
     """Per-sample patch coordinates of a batch of images with different grids (timm NaFlex),
     padded to one length, with the mask of the real patches.
 

@@ -25,8 +25,10 @@ __all__ = [
     "DType",
     "Device",
     "GridMode",
+    "Grids",
     "Namespace",
     "RopeLayout",
+    "Shape",
     "SinusoidLayout",
     "Size",
 ]
@@ -46,6 +48,13 @@ Namespace: TypeAlias = ModuleType
 
 Size: TypeAlias = int | Sequence[int]
 """A length (1-D) or a grid shape, one int per axis (``resample``'s ``size``)."""
+
+Shape: TypeAlias = Sequence[int]
+"""A grid or window shape, one int per axis (``(H, W)``); a bare int is refused."""
+
+Grids: TypeAlias = Array | Sequence[Sequence[int]]
+"""Per-image patch grids: an integer ``(n, 2)`` / ``(n, 3)`` array, or a sequence of ``(h, w)``
+/ ``(t, h, w)`` tuples."""
 
 Config: TypeAlias = Any
 """A model's parsed ``config.json`` (a mapping) or the library's config object

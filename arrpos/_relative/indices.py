@@ -3,7 +3,6 @@ Swin-V2 log-spaced coordinates and Shaw et al.'s clipped index."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -22,7 +21,7 @@ from .._lib import (
     from_host,
 )
 from .buckets import bucket_dtype
-from ..typing import Array, DType, Device, Namespace
+from ..typing import Array, DType, Device, Namespace, Shape
 
 __all__ = [
     "log_relative_coords",
@@ -87,7 +86,7 @@ def relative_positions(query_len: int, key_len: int, *, query_offset: int = 0,
 
 
 
-def relative_index_nd(window: Sequence[int], *, device: Device | None = None,
+def relative_index_nd(window: Shape, *, device: Device | None = None,
                       xp: Namespace | None = None) -> Array:
     """Swin / BEiT relative position index of a window with any number of axes.
 
@@ -156,7 +155,7 @@ def relative_index_nd(window: Sequence[int], *, device: Device | None = None,
     return xp.reshape(flat, (n, 1)) - xp.reshape(flat, (1, n)) + centre
 
 
-def log_relative_coords(window: Sequence[int], *, pretrained_window: Sequence[int] | None = None,
+def log_relative_coords(window: Shape, *, pretrained_window: Shape | None = None,
                         mode: Literal["swin", "cr"] = "swin", dtype: DType | None = None,
                         device: Device | None = None, xp: Namespace | None = None) -> Array:
     """Swin-V2's log-spaced continuous relative coordinates of a window (the input of its

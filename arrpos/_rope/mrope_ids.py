@@ -11,7 +11,6 @@ position is formed at once on the inputs' device with Array API operations.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -40,7 +39,7 @@ from .mrope_layout import (
     plan_omni,
     plan_runs,
 )
-from ..typing import Array, Config, Namespace
+from ..typing import Array, Config, Grids, Namespace
 
 __all__ = ["mrope_position_ids", "vision_position_ids"]
 
@@ -460,9 +459,8 @@ def _grid_rows(xp, grid_thw):
     return host, dev
 
 
-def vision_position_ids(grid_thw: Array | Sequence[Sequence[int]], /, *,
-                        spatial_merge_size: int = 1, include_temporal: bool = False,
-                        xp: Namespace | None = None) -> Array:
+def vision_position_ids(grid_thw: Grids, /, *, spatial_merge_size: int = 1,
+                        include_temporal: bool = False, xp: Namespace | None = None) -> Array:
     """Patch coordinates of a vision tower's rotary, in its merge-block order.
 
     transformers' ``vision_utils.get_vision_position_ids`` (the Qwen2-VL family's, GLM-4V's,
