@@ -130,7 +130,7 @@ def check_real_scalar(value, name: str, *, positive: bool = False, finite: bool 
     return value
 
 
-_Choice = TypeVar("_Choice")  # the caller's type (a Literal of the choices) comes back
+_Choice = TypeVar("_Choice", bound=str)  # the caller's type (a Literal of the choices) comes back
 
 
 def check_choice(value: _Choice, name: str, allowed: Iterable[str | None]) -> _Choice:

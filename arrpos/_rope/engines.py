@@ -19,6 +19,7 @@ from .._lib import (
     is_lazy,
 )
 from .tables import rope_cos_sin
+from ..typing import Array, DType, Namespace
 
 __all__ = ["DualChunkPositions", "dual_chunk_positions", "fope_cos_sin"]
 
@@ -34,7 +35,8 @@ class DualChunkPositions(NamedTuple):
     key: Any  # keys: p % chunk_len
 
 
-def dual_chunk_positions(positions, /, chunk_size, local_size, *, xp=None):
+def dual_chunk_positions(positions: Array | int, /, chunk_size: int, local_size: int, *,
+                         xp: Namespace | None = None) -> DualChunkPositions:
     """The positions of Dual Chunk Attention (Qwen2.5-1M; vLLM ``DualChunkRotaryEmbedding``).
 
     With ``chunk_len = chunk_size - local_size``, keys turn with ``p % chunk_len`` and each
@@ -87,7 +89,8 @@ def dual_chunk_positions(positions, /, chunk_size, local_size, *, xp=None):
                          f"> 0), got local_size={local_size}, chunk_size={chunk_size}")
     if isinstance(positions, int) and not isinstance(positions, bool):
         if xp is None:
-            import numpy as xp
+            import numpy
+            xp = numpy  # assigned: mypy does not narrow xp on "import numpy as xp"
         pos = as_positions(array_namespace(xp.asarray(0), name="xp"), positions, "positions")
         xp = array_namespace(pos, name="positions")
     else:
@@ -108,7 +111,8 @@ def dual_chunk_positions(positions, /, chunk_size, local_size, *, xp=None):
     )
 
 
-def fope_cos_sin(positions, inv_freq, cos_coef, sin_coef, /, head_dim, *, dtype=None):
+def fope_cos_sin(positions: Array | int, inv_freq: Array, cos_coef: Array, sin_coef: Array, /,
+                 head_dim: int, *, dtype: DType | None = None) -> tuple[Array, Array]:
     """FoPE's cos/sin tables (Fourier Position Embedding; InternS1-Pro; vLLM
     ``FourierRotaryEmbedding``): each frequency of the head a learned mix of the RoPE
     frequencies' cosines and sines.

@@ -125,7 +125,7 @@ class RoPE:
     base: float
     scaling: RopeScaling | None
     partial_rotary_factor: float
-    layout: str
+    layout: RopeLayout | Literal["blocks"]
     axes: tuple[int, ...] | None
     rotary_dim: int
     inverse: bool

@@ -269,7 +269,7 @@ class FixedNTKScaling(RopeScaling):
     def __post_init__(self):
         self._set("factor", _factor(self.factor, "factor"))
 
-    def frequencies(self, dim, base, seq_len):
+    def frequencies(self, dim: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         try:
             scaled = base * self.factor
         except OverflowError:  # pragma: no cover - float * float does not raise
@@ -302,11 +302,11 @@ class MixedNTKScaling(RopeScaling):
     factor: float
     mixed_b: float
 
-    def __init__(self, factor, mixed_b):
+    def __init__(self, factor: float, mixed_b: float) -> None:
         self._set("factor", _factor(factor, "factor"))
         self._set("mixed_b", check_real_scalar(mixed_b, "mixed_b", positive=True))
 
-    def frequencies(self, dim, base, seq_len):
+    def frequencies(self, dim: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         half = dim // 2
         a = math.log(self.factor) / half ** self.mixed_b
         lam = np.exp(a * np.arange(1, half + 1, dtype=np.float64) ** self.mixed_b)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
 from decimal import Decimal, localcontext
+from typing import Literal
 
 import numpy as np
 
