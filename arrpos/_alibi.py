@@ -20,14 +20,11 @@ from ._lib import (
     check_size,
     default_float,
     device_of,
-    float_bits,
     from_host,
     has_float64,
-    index_dtype,
     is_dtype,
     is_lazy,
     largest_magnitude,
-    round_once,
 )
 from .typing import AlibiMode, Array, DType, Device, Namespace
 
@@ -171,8 +168,9 @@ def alibi_bias(slopes: Array, /, query_len: int, key_len: int, *, mode: AlibiMod
     Notes
     -----
     Backend support: the generic Array API kernel (``arrpos._backends._xp.alibi_bias``) on every
-    namespace (Dask: one task per chunk of heads and query rows); the dispatcher may route CuPy
-    inputs to a CUDA twin with the same signature.
+    namespace (Dask: one task per chunk of heads and query rows); the dispatcher routes NumPy
+    arrays and torch CPU tensors to a compiled twin and CuPy arrays to a CUDA twin (the same
+    values, bit for bit).
 
     Examples
     --------
@@ -227,7 +225,9 @@ def alibi_bias_from_mask(slopes: Array, attention_mask: Array, /) -> Array:
     Notes
     -----
     BLOOM reshapes the result to ``(batch * heads, 1, key_len)``; reshape it yourself if needed.
-    Backend support: generic Array API code on every namespace.
+    Backend support: the generic Array API kernel (``arrpos._backends._xp``) on every
+    namespace; the dispatcher routes NumPy arrays and torch CPU tensors to a compiled twin
+    (the same values, bit for bit).
 
     Examples
     --------
@@ -244,16 +244,8 @@ def alibi_bias_from_mask(slopes: Array, attention_mask: Array, /) -> Array:
         if not is_lazy(m) and m.size and not bool(xp.all((m == 0) | (m == 1))):
             raise ValueError("attention_mask must hold only 0 and 1")
         m = m != 0
-    dev = device_of(m)
-    ones = xp.astype(m, index_dtype(xp, dev))
-    pos = (xp.cumulative_sum(ones, axis=-1) - 1) * ones
-    # 16-bit slopes: positions past 256 are not exact in bfloat16; the float64 product is
-    work = xp.float64 if float_bits(xp, slopes.dtype) <= 16 and has_float64(xp, dev) else \
-        slopes.dtype
-    b, k = m.shape
-    bias = (xp.reshape(xp.astype(slopes, work), (1, slopes.shape[0], 1, 1))
-            * xp.reshape(xp.astype(pos, work), (b, 1, 1, k)))
-    return round_once(xp, bias, slopes.dtype)
+    return _dispatch.call("alibi_bias_from_mask", xp, slopes, m, arrays=(slopes, m),
+                          dtype=slopes.dtype)
 
 
 def _distance_positions(xp, x, name, limit):
@@ -312,7 +304,9 @@ def alibi_bias_from_positions(slopes: Array, query_positions: Array, key_positio
     product is rounded once to the slopes' dtype, so integer positions below ``2**24`` give the
     float32 values of x-transformers bit for bit. For packed documents, mask the pairs across
     documents with :func:`packed_mask` (the bias itself does not know the documents).
-    Backend support: generic Array API code on every namespace.
+    Backend support: the generic Array API kernel (``arrpos._backends._xp``) on every
+    namespace; the dispatcher routes NumPy arrays and torch CPU tensors to a compiled twin
+    (the same values, bit for bit).
 
     Examples
     --------
@@ -337,16 +331,5 @@ def alibi_bias_from_positions(slopes: Array, query_positions: Array, key_positio
     kp = _distance_positions(xp, key_positions, "key_positions", limit)
     lead = broadcast_leads({"query_positions": qp, "key_positions": kp}, keep=1)
     check_size(slopes.shape[0] * math.prod(lead) * qp.shape[-1] * kp.shape[-1], "the bias")
-    dtype = slopes.dtype
-    work = xp.float64 if f64 else xp.float32
-    qp, kp = qp[..., :, None], kp[..., None, :]
-    if mode == "key":
-        dist = xp.broadcast_to(xp.astype(kp, work), lead + (qp.shape[-2], kp.shape[-1]))
-    else:
-        ints = is_dtype(xp, qp.dtype, "integral") and is_dtype(xp, kp.dtype, "integral")
-        back = kp - qp if ints else xp.astype(kp, work) - xp.astype(qp, work)  # -d
-        # 0 - |x| and clip give +0.0 where the distance is 0 (-|x| would give -0.0 for floats)
-        back = xp.clip(back, max=0) if mode == "causal" else 0 - xp.abs(back)
-        dist = xp.astype(back, work)
-    s = xp.reshape(xp.astype(slopes, work), (slopes.shape[0], 1, 1))
-    return round_once(xp, s * dist[..., None, :, :], dtype)
+    return _dispatch.call("alibi_bias_from_positions", xp, slopes, qp, kp,
+                          arrays=(slopes, qp, kp), mode=mode, lead=lead, dtype=slopes.dtype)

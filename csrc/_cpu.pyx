@@ -12,7 +12,7 @@ instantiation for those types. The C++ side checks every shape, stride and overl
 writes; what it cannot serve raises ``Unsupported`` (the dispatcher then runs the generic path).
 """
 cimport numpy as cnp
-from libc.stdint cimport int64_t
+from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
 
 from . import Unsupported
 
@@ -416,3 +416,175 @@ cdef class OutputBlock:
 def trim_output_blocks():
     """Unmap the output blocks kept for reuse."""
     blocks_trim()
+
+
+# ---- the other families (csrc/families.hpp) ---------------------------------------------------
+
+cdef extern from "families.hpp" namespace "arrpos::fam":
+    cdef struct AlibiJob:
+        const char *slopes
+        char *out
+        Py_ssize_t heads, q, k
+        int64_t qoff
+        int mode
+        bint stream
+    cdef struct PositionsJob:
+        const double *slopes
+        const char *qp
+        const char *kp
+        char *out
+        Py_ssize_t lead, heads, q, k
+        int mode
+        bint stream
+    cdef struct MaskJob:
+        const char *slopes
+        const unsigned char *mask
+        char *out
+        Py_ssize_t batch, heads, k
+        bint stream
+    cdef struct GatherJob:
+        const char *table
+        const char *index
+        char *out
+        Py_ssize_t heads, buckets, n
+        bint stream
+    void alibi_bias[T](AlibiJob job, int nthreads) noexcept nogil
+    void alibi_positions[T, P](PositionsJob job, int nthreads) noexcept nogil
+    void alibi_mask[T](MaskJob job, int nthreads) noexcept nogil
+    bint gather[U, I](GatherJob job, int nthreads) noexcept nogil
+
+
+cdef inline bint _out_ok(cnp.ndarray out, int code, Py_ssize_t size) noexcept:
+    return _is(out, code) and cnp.PyArray_IS_C_CONTIGUOUS(out) and cnp.PyArray_ISWRITEABLE(out) \
+        and cnp.PyArray_SIZE(out) == size
+
+
+cdef inline bint _vector_ok(cnp.ndarray a, int code, Py_ssize_t n) noexcept:
+    return _is(a, code) and cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_IS_C_CONTIGUOUS(a) \
+        and cnp.PyArray_ISNOTSWAPPED(a) and a.shape[0] == n
+
+
+def alibi_bias_into(cnp.ndarray slopes, cnp.ndarray out, int code, Py_ssize_t q, Py_ssize_t k,
+                    int64_t qoff, int mode, int nthreads=1, bint stream=False):
+    """ALiBi ``(heads, q, k)`` into the C-contiguous ``out`` (storage ``code``, like the 1-D
+    contiguous ``slopes``); mode 0 causal, 1 symmetric, 2 key; queries at ``i + qoff``."""
+    cdef Py_ssize_t h = cnp.PyArray_SIZE(slopes)
+    if not _vector_ok(slopes, code, h) or not _out_ok(out, code, h * q * k) \
+            or not 0 <= mode <= 2 or q < 0 or k < 0 or nthreads < 1:
+        raise Unsupported("alibi_bias: arrays or arguments the kernel does not serve")
+    cdef AlibiJob job
+    job.slopes = <const char *>cnp.PyArray_DATA(slopes)
+    job.out = <char *>cnp.PyArray_DATA(out)
+    job.heads, job.q, job.k, job.qoff, job.mode, job.stream = h, q, k, qoff, mode, stream
+    with nogil:
+        if code == 0:
+            alibi_bias[float](job, nthreads)
+        elif code == 1:
+            alibi_bias[double](job, nthreads)
+        elif code == 2:
+            alibi_bias[f16](job, nthreads)
+        else:
+            alibi_bias[bf16](job, nthreads)
+
+
+def alibi_positions_into(cnp.ndarray slopes, cnp.ndarray qp, cnp.ndarray kp, cnp.ndarray out,
+                         int code, int mode, int nthreads=1, bint stream=False):
+    """ALiBi ``(lead, heads, q, k)`` of positions ``qp (lead, q)`` and ``kp (lead, k)``, both
+    C-contiguous int64 or both float64; ``slopes`` float64 ``(heads,)``."""
+    cdef Py_ssize_t h = cnp.PyArray_SIZE(slopes)
+    cdef int pt = cnp.PyArray_TYPE(qp)
+    if not _vector_ok(slopes, 1, h) or cnp.PyArray_NDIM(qp) != 2 or cnp.PyArray_NDIM(kp) != 2 \
+            or cnp.PyArray_TYPE(kp) != pt or (pt != cnp.NPY_INT64 and pt != cnp.NPY_FLOAT64) \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(qp) or not cnp.PyArray_IS_C_CONTIGUOUS(kp) \
+            or not cnp.PyArray_ISNOTSWAPPED(qp) or not cnp.PyArray_ISNOTSWAPPED(kp) \
+            or qp.shape[0] != kp.shape[0] or not 0 <= mode <= 2 or nthreads < 1 \
+            or not _out_ok(out, code, qp.shape[0] * h * qp.shape[1] * kp.shape[1]):
+        raise Unsupported("alibi_bias_from_positions: arrays the kernel does not serve")
+    cdef PositionsJob job
+    job.slopes = <const double *>cnp.PyArray_DATA(slopes)
+    job.qp = <const char *>cnp.PyArray_DATA(qp)
+    job.kp = <const char *>cnp.PyArray_DATA(kp)
+    job.out = <char *>cnp.PyArray_DATA(out)
+    job.lead, job.heads, job.q, job.k = qp.shape[0], h, qp.shape[1], kp.shape[1]
+    job.mode, job.stream = mode, stream
+    cdef bint ints = pt == cnp.NPY_INT64
+    with nogil:
+        if ints:
+            if code == 0:
+                alibi_positions[float, int64_t](job, nthreads)
+            elif code == 1:
+                alibi_positions[double, int64_t](job, nthreads)
+            elif code == 2:
+                alibi_positions[f16, int64_t](job, nthreads)
+            else:
+                alibi_positions[bf16, int64_t](job, nthreads)
+        else:
+            if code == 0:
+                alibi_positions[float, double](job, nthreads)
+            elif code == 1:
+                alibi_positions[double, double](job, nthreads)
+            elif code == 2:
+                alibi_positions[f16, double](job, nthreads)
+            else:
+                alibi_positions[bf16, double](job, nthreads)
+
+
+def alibi_mask_into(cnp.ndarray slopes, cnp.ndarray mask, cnp.ndarray out, int code,
+                    int nthreads=1, bint stream=False):
+    """BLOOM's ALiBi ``(batch, heads, 1, k)`` of a C-contiguous bool/uint8 ``mask (batch, k)``."""
+    cdef Py_ssize_t h = cnp.PyArray_SIZE(slopes)
+    if not _vector_ok(slopes, code, h) or cnp.PyArray_NDIM(mask) != 2 \
+            or cnp.PyArray_ITEMSIZE(mask) != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(mask) \
+            or nthreads < 1 or not _out_ok(out, code, mask.shape[0] * h * mask.shape[1]):
+        raise Unsupported("alibi_bias_from_mask: arrays the kernel does not serve")
+    cdef MaskJob job
+    job.slopes = <const char *>cnp.PyArray_DATA(slopes)
+    job.mask = <const unsigned char *>cnp.PyArray_DATA(mask)
+    job.out = <char *>cnp.PyArray_DATA(out)
+    job.batch, job.heads, job.k, job.stream = mask.shape[0], h, mask.shape[1], stream
+    with nogil:
+        if code == 0:
+            alibi_mask[float](job, nthreads)
+        elif code == 1:
+            alibi_mask[double](job, nthreads)
+        elif code == 2:
+            alibi_mask[f16](job, nthreads)
+        else:
+            alibi_mask[bf16](job, nthreads)
+
+
+def relative_gather(cnp.ndarray table_t, cnp.ndarray index, cnp.ndarray out, int nthreads=1,
+                    bint stream=False):
+    """``out[h, p] = table_t[h, index[p]]``: ``table_t (heads, buckets)``, ``index (n,)`` int32
+    or int64 and ``out (heads, n)`` C-contiguous, of one element size (2, 4 or 8 bytes: the
+    bits are copied). ValueError for an index outside ``[0, buckets)``."""
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(table_t)
+    cdef int it = cnp.PyArray_TYPE(index)
+    if cnp.PyArray_NDIM(table_t) != 2 or cnp.PyArray_NDIM(index) != 1 \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(table_t) or not cnp.PyArray_IS_C_CONTIGUOUS(index) \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(out) or not cnp.PyArray_ISWRITEABLE(out) \
+            or cnp.PyArray_ITEMSIZE(out) != item or (item != 2 and item != 4 and item != 8) \
+            or (it != cnp.NPY_INT64 and it != cnp.NPY_INT32) or not cnp.PyArray_ISNOTSWAPPED(index) \
+            or cnp.PyArray_SIZE(out) != table_t.shape[0] * index.shape[0] or nthreads < 1:
+        raise Unsupported("relative_bias: arrays the kernel does not serve")
+    cdef GatherJob job
+    job.table = <const char *>cnp.PyArray_DATA(table_t)
+    job.index = <const char *>cnp.PyArray_DATA(index)
+    job.out = <char *>cnp.PyArray_DATA(out)
+    job.heads, job.buckets, job.n, job.stream = table_t.shape[0], table_t.shape[1], \
+        index.shape[0], stream
+    cdef bint ok
+    cdef bint wide = it == cnp.NPY_INT64
+    with nogil:
+        if item == 2:
+            ok = gather[uint16_t, int64_t](job, nthreads) if wide else \
+                gather[uint16_t, int32_t](job, nthreads)
+        elif item == 4:
+            ok = gather[uint32_t, int64_t](job, nthreads) if wide else \
+                gather[uint32_t, int32_t](job, nthreads)
+        else:
+            ok = gather[uint64_t, int64_t](job, nthreads) if wide else \
+                gather[uint64_t, int32_t](job, nthreads)
+    if not ok:
+        raise ValueError(f"index must lie in [0, {table_t.shape[1]}) (the rows of table), got "
+                         f"values outside")

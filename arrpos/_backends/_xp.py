@@ -17,7 +17,7 @@ from decimal import Decimal, localcontext
 import numpy as np
 
 from .._exact import PI, decimal_pieces
-from .._lib import device_of, float_bits, has_float64, round_once
+from .._lib import device_of, float_bits, has_float64, index_dtype, is_dtype, round_once
 
 __all__ = ["frequency_arrays", "sincos", "sinusoid_table"]
 
@@ -488,3 +488,49 @@ def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
 
 
 __all__ += ["alibi_bias"]
+
+
+def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
+    """BLOOM's ``(batch, heads, 1, key_len)`` bias of a bool ``attention_mask`` (validated by
+    the caller): ``slope * (cumsum(mask) - 1) * mask``; 16-bit slopes multiply in float64
+    (positions past 256 are not exact in bfloat16; the float64 product is), rounded once."""
+    m = attention_mask
+    dev = device_of(m)
+    ones = xp.astype(m, index_dtype(xp, dev))
+    pos = (xp.cumulative_sum(ones, axis=-1) - 1) * ones
+    work = xp.float64 if float_bits(xp, dtype) <= 16 and has_float64(xp, dev) else dtype
+    b, k = m.shape
+    bias = (xp.reshape(xp.astype(slopes, work), (1, slopes.shape[0], 1, 1))
+            * xp.reshape(xp.astype(pos, work), (b, 1, 1, k)))
+    return round_once(xp, bias, dtype)
+
+
+def alibi_bias_from_positions(slopes, query_positions, key_positions, *, mode, lead, dtype,
+                              xp):
+    """ALiBi ``lead + (heads, q, k)`` of positions ``(..., q)`` and ``(..., k)`` (validated:
+    integers in the index dtype, leading axes broadcasting to ``lead``). The distance is formed
+    exactly (integers subtract in the index dtype; floats in float64 where the device has it)
+    and the product is rounded once to ``dtype``."""
+    work = xp.float64 if has_float64(xp, device_of(slopes)) else xp.float32
+    qp, kp = query_positions[..., :, None], key_positions[..., None, :]
+    if mode == "key":
+        dist = xp.broadcast_to(xp.astype(kp, work), lead + (qp.shape[-2], kp.shape[-1]))
+    else:
+        ints = is_dtype(xp, qp.dtype, "integral") and is_dtype(xp, kp.dtype, "integral")
+        back = kp - qp if ints else xp.astype(kp, work) - xp.astype(qp, work)  # -d
+        # 0 - |x| and clip give +0.0 where the distance is 0 (-|x| would give -0.0 for floats)
+        back = xp.clip(back, max=0) if mode == "causal" else 0 - xp.abs(back)
+        dist = xp.astype(back, work)
+    s = xp.reshape(xp.astype(slopes, work), (slopes.shape[0], 1, 1))
+    return round_once(xp, s * dist[..., None, :, :], dtype)
+
+
+def relative_bias(table, index, *, dtype, xp):
+    """``out[h, ...] = table[index[...], h]`` for a 2-D ``table`` and ids validated in range."""
+    shape = tuple(index.shape)
+    rows = xp.take(table, xp.reshape(index, (-1,)), axis=0)  # (prod(P), heads)
+    rows = xp.reshape(rows, shape + (table.shape[1],))
+    return xp.permute_dims(rows, (rows.ndim - 1,) + tuple(range(rows.ndim - 1)))
+
+
+__all__ += ["alibi_bias_from_mask", "alibi_bias_from_positions", "relative_bias"]

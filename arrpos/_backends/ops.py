@@ -133,7 +133,12 @@ OPS: dict[str, Op] = {op.name: op for op in (
        outputs=(("q_out", "q"), ("k_out", "k")), rotated=("q", "k"), tables=("cos", "sin"),
        **dict(_ROTATION, kernel=None)),  # on CUDA: two launches of apply_rope's kernel
     Op("alibi_bias", ("slopes",), arrays=("slopes",), kernel="alibi_bias",
-       dtypes={"cuda": FLOATS, "dask": _PER_CHUNK}),
+       dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}),
+    Op("alibi_bias_from_mask", ("slopes", "attention_mask"),
+       arrays=("slopes", "attention_mask"), dtypes={"host": FLOATS}),
+    Op("alibi_bias_from_positions", ("slopes", "query_positions", "key_positions"),
+       arrays=("slopes", "query_positions", "key_positions"), dtypes={"host": FLOATS}),
+    Op("relative_bias", ("table", "index"), arrays=("table", "index"), dtypes={"host": FLOATS}),
     # the generic code's alone (no driver has them); listed for their slots
     Op("rope_cos_sin_mixed", ("positions", "inv_freq"), arrays=("positions", "inv_freq"),
        outputs=(("cos", None), ("sin", None))),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from .. import _dispatch
 from .._lib import (
     array_namespace,
     as_index,
@@ -76,7 +77,9 @@ def relative_bias(table: Array, index: Array, /) -> Array:
 
     Notes
     -----
-    Backend support: generic Array API code (one ``take``) on every namespace.
+    Backend support: generic Array API code (one ``take``) on every namespace; the dispatcher
+    routes NumPy arrays and torch CPU tensors to a compiled gather (the same values, bit for
+    bit; its result is C-contiguous, the generic one a transposed view).
 
     Examples
     --------
@@ -91,10 +94,8 @@ def relative_bias(table: Array, index: Array, /) -> Array:
     if table.ndim != 2:
         raise ValueError(f"table must have shape (num_buckets, heads), got {tuple(table.shape)}")
     index = check_index(xp, index, table.shape[0], "index", "the rows of table")
-    shape = tuple(index.shape)
-    rows = xp.take(table, xp.reshape(index, (-1,)), axis=0)  # (prod(P), heads)
-    rows = xp.reshape(rows, shape + (table.shape[1],))
-    return xp.permute_dims(rows, (rows.ndim - 1,) + tuple(range(rows.ndim - 1)))
+    return _dispatch.call("relative_bias", xp, table, index, arrays=(table, index),
+                          dtype=table.dtype)
 
 
 def rel_shift(scores: Array, /) -> Array:

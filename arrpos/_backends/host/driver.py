@@ -26,7 +26,8 @@ import numpy as np
 
 from .. import Unsupported, _cpu, _xp, memory, one_thread_wanted
 
-__all__ = ["APPLY_TYPES", "BF16", "BLOCK_MIN_BYTES", "F16", "F32", "F64", "PARALLEL_MIN_BYTES",
+__all__ = ["ALIBI_MODES", "APPLY_TYPES", "alibi_bias_into", "alibi_mask_into",
+           "alibi_positions_into", "relative_gather_into", "BF16", "BLOCK_MIN_BYTES", "F16", "F32", "F64", "PARALLEL_MIN_BYTES",
            "STREAM_MIN_BYTES", "TABLE_CACHE_BYTES", "bind_cached", "block_rows", "cache_clear",
            "check_ids", "code_of", "empty", "empty_bytes", "have_threads", "instruction_set",
            "max_threads", "numpy_dtype", "qk_outputs_apart", "rope_table_into", "rotate",
@@ -349,6 +350,46 @@ def qk_outputs_apart(q, k, q_out, k_out) -> None:
     if (q_out is not None and memory.meets(q_out, (k, k_out))) or (
             k_out is not None and memory.meets(k_out, (q,))):
         raise Unsupported("an output of apply_rope_qk meets the other tensor or output")
+
+
+# ---- the other families (csrc/families.hpp) ------------------------------------------------
+
+ALIBI_MODES = {"causal": 0, "symmetric": 1, "key": 2}
+
+
+def alibi_bias_into(slopes, out, code: int, query_len: int, key_len: int, query_offset: int,
+                    mode: str) -> None:
+    """ALiBi ``(heads, query_len, key_len)`` into ``out`` (C-contiguous, storage ``code``, like
+    the 1-D ``slopes``)."""
+    nthreads, stream = threads_and_stores(out.nbytes)
+    _cpu.alibi_bias_into(np.ascontiguousarray(slopes), out, code, query_len, key_len,
+                         query_offset, ALIBI_MODES[mode], nthreads, stream)
+
+
+def alibi_positions_into(slopes64, qp, kp, out, code: int, mode: str) -> None:
+    """ALiBi ``(lead, heads, q, k)`` of positions ``qp (lead, q)``, ``kp (lead, k)`` (both
+    int64 or both float64) and float64 ``slopes64`` into ``out`` (storage ``code``)."""
+    nthreads, stream = threads_and_stores(out.nbytes)
+    _cpu.alibi_positions_into(slopes64, qp, kp, out, code, ALIBI_MODES[mode], nthreads, stream)
+
+
+def alibi_mask_into(slopes, mask, out, code: int) -> None:
+    """BLOOM's ALiBi ``(batch, heads, 1, k)`` of a bool or 0/1 uint8 ``mask (batch, k)``."""
+    nthreads, stream = threads_and_stores(out.nbytes)
+    _cpu.alibi_mask_into(np.ascontiguousarray(slopes), np.ascontiguousarray(mask), out, code,
+                         nthreads, stream)
+
+
+def relative_gather_into(table, index, out) -> None:
+    """``out[h, p] = table[index[p], h]``: ``table (buckets, heads)``, ``index`` any integer
+    array of ids in range, ``out (heads,) + index.shape`` C-contiguous of table's dtype (its
+    bits copied)."""
+    idx = index.reshape(-1)
+    if idx.dtype != np.int64 and idx.dtype != np.int32:
+        idx = idx.astype(np.int64)
+    nthreads, stream = threads_and_stores(out.nbytes)
+    _cpu.relative_gather(np.ascontiguousarray(table.T), np.ascontiguousarray(idx),
+                         out.reshape(out.shape[0], -1), nthreads, stream)
 
 
 memory.use_bounds(_cpu.bounds_meeting)

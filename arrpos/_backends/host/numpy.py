@@ -14,8 +14,10 @@ import numpy as np
 from .. import Unsupported, ops
 from . import driver
 
-__all__ = ["DRIVER", "PER_SIGNATURE", "apply_rope", "apply_rope_cached", "apply_rope_qk",
-           "bind", "cache_clear", "rope_cos_sin", "sinusoid_table", "supports"]
+__all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
+           "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
+           "bind", "cache_clear", "relative_bias", "rope_cos_sin", "sinusoid_table",
+           "supports"]
 
 DRIVER = "host"
 # ``supports`` reads types, dtypes and options only (shapes and strides are the kernels' late
@@ -156,3 +158,48 @@ def apply_rope_cached(x, cos_cache, sin_cache, position_ids, *, layout, inverse,
         cos_cache, sin_cache, tc = _tables_for(tx, tc, cos_cache[flat], sin_cache[flat])
         pos = np.arange(flat.shape[0], dtype=np.int64).reshape(pos.shape)
     return _rotate(x, cos_cache, sin_cache, out, tx, tc, layout == "interleaved", inverse, pos)
+
+
+# ---- ALiBi and the relative-bias gather --------------------------------------------------------
+
+def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
+    """Twin of ``_xp.alibi_bias``: ``(heads, query_len, key_len)``, C-contiguous."""
+    dtype = np.dtype(dtype)
+    out = driver.empty((slopes.shape[0], query_len, key_len), dtype)
+    driver.alibi_bias_into(slopes, out, _code(dtype), query_len, key_len, query_offset, mode)
+    return out
+
+
+def _positions(p, lead, ints):
+    n = p.shape[-1]
+    p = np.broadcast_to(p, lead + (n,)).reshape(-1, n)
+    return np.ascontiguousarray(p, dtype=np.int64 if ints else np.float64)
+
+
+def alibi_bias_from_positions(slopes, query_positions, key_positions, *, mode, lead, dtype,
+                              xp):
+    """Twin of ``_xp.alibi_bias_from_positions``: ``lead + (heads, q, k)``."""
+    dtype = np.dtype(dtype)
+    qp, kp = query_positions, key_positions
+    ints = _integer(qp.dtype) and _integer(kp.dtype)
+    out = driver.empty(lead + (slopes.shape[0], qp.shape[-1], kp.shape[-1]), dtype)
+    driver.alibi_positions_into(np.ascontiguousarray(slopes, dtype=np.float64),
+                                _positions(qp, lead, ints), _positions(kp, lead, ints), out,
+                                _code(dtype), mode)
+    return out
+
+
+def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
+    """Twin of ``_xp.alibi_bias_from_mask`` (a bool mask): ``(batch, heads, 1, key_len)``."""
+    dtype = np.dtype(dtype)
+    b, k = attention_mask.shape
+    out = driver.empty((b, slopes.shape[0], 1, k), dtype)
+    driver.alibi_mask_into(slopes, attention_mask, out, _code(dtype))
+    return out
+
+
+def relative_bias(table, index, *, dtype, xp):
+    """Twin of ``_xp.relative_bias``: ``(heads,) + index.shape``, C-contiguous."""
+    out = driver.empty((table.shape[1],) + index.shape, table.dtype)
+    driver.relative_gather_into(table, index, out)
+    return out

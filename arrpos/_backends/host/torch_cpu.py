@@ -22,8 +22,10 @@ from .. import Unsupported, ops, torch_ops
 from ..memory import tensor_has_storage, torch_tracing
 from . import driver
 
-__all__ = ["DRIVER", "PER_SIGNATURE", "apply_rope", "apply_rope_cached", "apply_rope_qk",
-           "bind", "cache_clear", "rope_cos_sin", "sinusoid_table", "supports"]
+__all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
+           "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
+           "bind", "cache_clear", "relative_bias", "rope_cos_sin", "sinusoid_table",
+           "supports"]
 
 DRIVER = "host"
 # ``supports`` reads each call's autograd state and trace: nothing holds for a signature
@@ -219,3 +221,43 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     driver.rope_table_into(_np(positions), _np(inv_freq), _np(cos), _np(sin), _CODES[dtype],
                            layout, attention_factor)
     return cos, sin
+
+
+# ---- ALiBi and the relative-bias gather --------------------------------------------------------
+
+def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
+    out = _empty((slopes.shape[0], query_len, key_len), dtype)
+    driver.alibi_bias_into(_np(slopes), _np(out), _CODES[dtype], query_len, key_len,
+                           query_offset, mode)
+    return out
+
+
+def _positions(p, lead, ints):
+    n = p.shape[-1]
+    p = p.broadcast_to(lead + (n,)).reshape(-1, n)
+    return np.from_dlpack(p.to(torch.int64 if ints else torch.float64).contiguous())
+
+
+def alibi_bias_from_positions(slopes, query_positions, key_positions, *, mode, lead, dtype,
+                              xp):
+    qp, kp = query_positions, key_positions
+    ints = not qp.dtype.is_floating_point and not kp.dtype.is_floating_point
+    out = _empty(lead + (slopes.shape[0], qp.shape[-1], kp.shape[-1]), dtype)
+    driver.alibi_positions_into(np.from_dlpack(slopes.to(torch.float64).contiguous()),
+                                _positions(qp, lead, ints), _positions(kp, lead, ints),
+                                _np(out), _CODES[dtype], mode)
+    return out
+
+
+def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
+    b, k = attention_mask.shape
+    out = _empty((b, slopes.shape[0], 1, k), dtype)
+    mask = attention_mask.contiguous().view(torch.uint8)
+    driver.alibi_mask_into(_np(slopes), np.from_dlpack(mask), _np(out), _CODES[dtype])
+    return out
+
+
+def relative_bias(table, index, *, dtype, xp):
+    out = _empty((table.shape[1],) + tuple(index.shape), table.dtype)
+    driver.relative_gather_into(_np(table), _ids(index), _np(out))
+    return out

@@ -1,0 +1,313 @@
+// Kernels of the families beside RoPE and the sinusoids: the ALiBi bias forms and the
+// relative-bias gather.
+//
+// They are write-bound (a bias is a fill of a few distinct values per row, or a gather from a
+// small table), so the row loops are plain C++ that the compiler vectorises, and each piece of
+// output goes through one store path: a small L1-resident buffer, or a source row that is
+// already in cache, handed to stream_copy (kernels.hpp) for outputs large enough to stream.
+// Values: the generic path's arithmetic, element for element (see each kernel).
+#ifndef ARRPOS_FAMILIES_HPP
+#define ARRPOS_FAMILIES_HPP
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+#include "kernels.hpp"
+#include "pool.hpp"
+#include "types.hpp"
+
+namespace arrpos {
+namespace fam {
+
+constexpr ptrdiff_t kPiece = 16384;  // bytes of a staged piece (L1-resident)
+constexpr ptrdiff_t kChunk = 1 << 18;  // bytes of output per chunk of the pool
+
+// n bytes from src (in cache) to dst: streamed past the cache (the instruction set's copy of
+// stream_copy, without its fence: a fence per row costs a third of the time; ``fence`` once
+// per chunk), or plain stores.
+inline void put(char *dst, const char *src, ptrdiff_t n, bool stream)
+{
+    if (!stream || n < 64) {
+        std::memcpy(dst, src, (size_t)n);
+        return;
+    }
+#if ARRPOS_HAVE_SIMD
+    const int level = simd_level();
+    if (level >= 2)
+        isa_avx512::copy_bytes(dst, src, n, true);
+    else if (level == 1)
+        isa_avx2::copy_bytes(dst, src, n, true);
+    else
+#endif
+        isa_portable::copy_bytes(dst, src, n, true);
+}
+
+// Streaming stores ordered before a chunk is reported done.
+inline void fence(bool stream)
+{
+#if ARRPOS_HAVE_SIMD
+    if (stream)
+        _mm_sfence();
+#else
+    (void)stream;
+#endif
+}
+
+// slope * d in the generic path's arithmetic: float32/float64 slopes multiply the distance
+// converted to their own type; 16-bit ones form the exact float64 product, rounded once.
+template <class T>
+inline T scaled(typename Elem<T>::C s, int64_t d)
+{
+    T v;
+    if constexpr (sizeof(T) == 2)
+        Elem<T>::store_exact(&v, (double)s * (double)d);
+    else
+        Elem<T>::store(&v, s * (typename Elem<T>::C)d);
+    return v;
+}
+
+// ---- alibi_bias: (heads, q, k) -------------------------------------------------------------
+//
+// Element (h, i, j) depends on h and back = j - i - qoff only (key mode: on j only), so the
+// rows of one head are windows of one line of values: each chunk computes the line of its
+// rows once, then copies windows of it.
+struct AlibiJob {
+    const char *slopes;  // (heads,) of T
+    char *out;
+    ptrdiff_t heads, q, k, chunk_rows, chunks_per_head;
+    int64_t qoff;
+    int mode;  // 0 causal, 1 symmetric, 2 key
+    bool stream;
+};
+
+template <class T>
+void alibi_chunk(void *ctx, ptrdiff_t c)
+{
+    const AlibiJob &j = *(const AlibiJob *)ctx;
+    const ptrdiff_t h = c / j.chunks_per_head, r0 = (c % j.chunks_per_head) * j.chunk_rows;
+    const ptrdiff_t r1 = r0 + j.chunk_rows < j.q ? r0 + j.chunk_rows : j.q;
+    const typename Elem<T>::C s = Elem<T>::load((const T *)j.slopes + h);
+    const bool key = j.mode == 2;
+    const ptrdiff_t len = key ? j.k : (r1 - r0) + j.k - 1;
+    const int64_t base = key ? 0 : -(int64_t)(r1 - 1) - j.qoff;  // back of line[0]
+    std::vector<T> line((size_t)(len > 0 ? len : 1));
+    T *L = line.data();
+    if (j.mode == 0) {
+        for (ptrdiff_t u = 0; u < len; u++) {
+            const int64_t b = base + u;
+            L[u] = scaled<T>(s, b < 0 ? b : 0);
+        }
+    } else if (j.mode == 1) {
+        for (ptrdiff_t u = 0; u < len; u++) {
+            const int64_t b = base + u;
+            L[u] = scaled<T>(s, b < 0 ? b : -b);
+        }
+    } else {
+        for (ptrdiff_t u = 0; u < len; u++)
+            L[u] = scaled<T>(s, (int64_t)u);
+    }
+    const ptrdiff_t rowb = j.k * (ptrdiff_t)sizeof(T);
+    char *dst = j.out + ((ptrdiff_t)h * j.q + r0) * rowb;
+    if (rowb >= 2048 || !j.stream) {
+        for (ptrdiff_t i = r0; i < r1; i++, dst += rowb)
+            put(dst, (const char *)(L + (key ? 0 : r1 - 1 - i)), rowb, j.stream);
+    } else {  // short rows: staged into pieces of whole rows, each streamed at once
+        const ptrdiff_t per = kPiece / rowb;
+        std::vector<char> stage((size_t)(per * rowb));
+        for (ptrdiff_t i = r0; i < r1;) {
+            const ptrdiff_t n = r1 - i < per ? r1 - i : per;
+            for (ptrdiff_t m = 0; m < n; m++)
+                std::memcpy(stage.data() + m * rowb, L + (key ? 0 : r1 - 1 - (i + m)),
+                            (size_t)rowb);
+            put(dst, stage.data(), n * rowb, true);
+            dst += n * rowb;
+            i += n;
+        }
+    }
+    fence(j.stream);
+}
+
+template <class T>
+void alibi_bias(AlibiJob job, int nthreads)
+{
+    if (job.heads == 0 || job.q == 0 || job.k == 0)
+        return;
+    const ptrdiff_t rowb = job.k * (ptrdiff_t)sizeof(T);
+    job.chunk_rows = kChunk / rowb > 0 ? kChunk / rowb : 1;
+    job.chunks_per_head = (job.q + job.chunk_rows - 1) / job.chunk_rows;
+    parallel_for(job.heads * job.chunks_per_head, nthreads, alibi_chunk<T>, &job);
+}
+
+// ---- alibi_bias_from_positions: (lead, heads, q, k) -----------------------------------------
+//
+// Positions come as int64 (both integer: the distance is an exact int64) or float64 (the
+// distance a float64 difference); the product is formed in float64 and rounded once.
+struct PositionsJob {
+    const double *slopes;  // (heads,) float64 (exact widening of the slopes)
+    const char *qp;  // (lead, q) of P
+    const char *kp;  // (lead, k) of P
+    char *out;
+    ptrdiff_t lead, heads, q, k, chunk_rows, chunks_per_plane;
+    int mode;
+    bool stream;
+};
+
+template <class T, class P>
+void positions_chunk(void *ctx, ptrdiff_t c)
+{
+    const PositionsJob &j = *(const PositionsJob *)ctx;
+    const ptrdiff_t plane = c / j.chunks_per_plane;  // l * heads + h
+    const ptrdiff_t l = plane / j.heads, h = plane % j.heads;
+    const ptrdiff_t r0 = (c % j.chunks_per_plane) * j.chunk_rows;
+    const ptrdiff_t r1 = r0 + j.chunk_rows < j.q ? r0 + j.chunk_rows : j.q;
+    const double s = j.slopes[h];
+    const P *qp = (const P *)j.qp + l * j.q;
+    const P *kp = (const P *)j.kp + l * j.k;
+    const ptrdiff_t per = kPiece / (ptrdiff_t)sizeof(T);
+    std::vector<T> stage((size_t)per);
+    T *st = stage.data();
+    char *dst = j.out + ((ptrdiff_t)plane * j.q + r0) * j.k * (ptrdiff_t)sizeof(T);
+    for (ptrdiff_t i = r0; i < r1; i++) {
+        const P qi = qp[i];
+        for (ptrdiff_t j0 = 0; j0 < j.k; j0 += per) {
+            const ptrdiff_t n = j.k - j0 < per ? j.k - j0 : per;
+            const P *kr = kp + j0;
+            if (j.mode == 2) {
+                for (ptrdiff_t m = 0; m < n; m++)
+                    Elem<T>::store_exact(st + m, s * (double)kr[m]);
+            } else if (j.mode == 0) {
+                for (ptrdiff_t m = 0; m < n; m++) {
+                    const P b = kr[m] - qi;
+                    Elem<T>::store_exact(st + m, s * (double)(b < 0 ? b : (P)0));
+                }
+            } else {
+                for (ptrdiff_t m = 0; m < n; m++) {
+                    const P b = kr[m] - qi;
+                    Elem<T>::store_exact(st + m, s * (double)((P)0 - (b < 0 ? -b : b)));
+                }
+            }
+            put(dst, (const char *)st, n * (ptrdiff_t)sizeof(T), j.stream);
+            dst += n * (ptrdiff_t)sizeof(T);
+        }
+    }
+    fence(j.stream);
+}
+
+template <class T, class P>
+void alibi_positions(PositionsJob job, int nthreads)
+{
+    if (job.lead == 0 || job.heads == 0 || job.q == 0 || job.k == 0)
+        return;
+    const ptrdiff_t rowb = job.k * (ptrdiff_t)sizeof(T);
+    job.chunk_rows = kChunk / rowb > 0 ? kChunk / rowb : 1;
+    job.chunks_per_plane = (job.q + job.chunk_rows - 1) / job.chunk_rows;
+    parallel_for(job.lead * job.heads * job.chunks_per_plane, nthreads, positions_chunk<T, P>,
+                 &job);
+}
+
+// ---- alibi_bias_from_mask: (batch, heads, 1, k) ---------------------------------------------
+//
+// BLOOM's positions (cumsum(mask) - 1) * mask per batch row, times each slope (the
+// ``scaled`` arithmetic of alibi_bias's key mode).
+struct MaskJob {
+    const char *slopes;  // (heads,) of T
+    const uint8_t *mask;  // (batch, k), 0/1
+    char *out;
+    ptrdiff_t batch, heads, k, heads_per_chunk, chunks_per_row;
+    bool stream;
+};
+
+template <class T>
+void mask_chunk(void *ctx, ptrdiff_t c)
+{
+    const MaskJob &j = *(const MaskJob *)ctx;
+    const ptrdiff_t b = c / j.chunks_per_row, h0 = (c % j.chunks_per_row) * j.heads_per_chunk;
+    const ptrdiff_t h1 = h0 + j.heads_per_chunk < j.heads ? h0 + j.heads_per_chunk : j.heads;
+    std::vector<int64_t> pos((size_t)j.k);
+    const uint8_t *m = j.mask + b * j.k;
+    int64_t run = 0;
+    for (ptrdiff_t t = 0; t < j.k; t++) {
+        run += m[t] != 0;
+        pos[(size_t)t] = m[t] != 0 ? run - 1 : 0;
+    }
+    const ptrdiff_t rowb = j.k * (ptrdiff_t)sizeof(T);
+    std::vector<T> row((size_t)j.k);
+    for (ptrdiff_t h = h0; h < h1; h++) {
+        const typename Elem<T>::C s = Elem<T>::load((const T *)j.slopes + h);
+        T *r = row.data();
+        const int64_t *p = pos.data();
+        for (ptrdiff_t t = 0; t < j.k; t++)
+            r[t] = scaled<T>(s, p[t]);
+        put(j.out + (b * j.heads + h) * rowb, (const char *)r, rowb, j.stream);
+    }
+    fence(j.stream);
+}
+
+template <class T>
+void alibi_mask(MaskJob job, int nthreads)
+{
+    if (job.batch == 0 || job.heads == 0 || job.k == 0)
+        return;
+    const ptrdiff_t rowb = job.k * (ptrdiff_t)sizeof(T);
+    job.heads_per_chunk = kChunk / rowb > 0 ? kChunk / rowb : 1;
+    job.chunks_per_row = (job.heads + job.heads_per_chunk - 1) / job.heads_per_chunk;
+    parallel_for(job.batch * job.chunks_per_row, nthreads, mask_chunk<T>, &job);
+}
+
+// ---- relative_bias: out[h, p] = table[index[p], h] ------------------------------------------
+//
+// A bit copy, so by element size (U: uint16/32/64). The table comes transposed, (heads,
+// buckets), each head's row in cache; a tile of the index is read once for every head.
+struct GatherJob {
+    const char *table;  // (heads, buckets) of U
+    const char *index;  // (n,) of I
+    char *out;  // (heads, n) of U
+    ptrdiff_t heads, buckets, n, tile;
+    bool stream;
+    std::atomic<int> *bad;  // set when an index lies outside [0, buckets)
+};
+
+template <class U, class I>
+void gather_chunk(void *ctx, ptrdiff_t c)
+{
+    GatherJob &j = *(GatherJob *)ctx;
+    const ptrdiff_t p0 = c * j.tile, n = j.n - p0 < j.tile ? j.n - p0 : j.tile;
+    const I *idx = (const I *)j.index + p0;
+    bool ok = true;
+    for (ptrdiff_t m = 0; m < n; m++)
+        ok &= (uint64_t)(int64_t)idx[m] < (uint64_t)j.buckets;
+    if (!ok) {
+        j.bad->store(1, std::memory_order_relaxed);
+        return;
+    }
+    std::vector<U> stage((size_t)n);
+    U *st = stage.data();
+    for (ptrdiff_t h = 0; h < j.heads; h++) {
+        const U *row = (const U *)j.table + h * j.buckets;
+        for (ptrdiff_t m = 0; m < n; m++)
+            st[m] = row[idx[m]];
+        put(j.out + (h * j.n + p0) * (ptrdiff_t)sizeof(U), (const char *)st,
+            n * (ptrdiff_t)sizeof(U), j.stream);
+    }
+    fence(j.stream);
+}
+
+// Returns false (output partly written) when an index lies outside [0, buckets).
+template <class U, class I>
+bool gather(GatherJob job, int nthreads)
+{
+    if (job.heads == 0 || job.n == 0)
+        return true;
+    job.tile = kPiece / (ptrdiff_t)sizeof(U);
+    std::atomic<int> bad{0};
+    job.bad = &bad;
+    parallel_for((job.n + job.tile - 1) / job.tile, nthreads, gather_chunk<U, I>, &job);
+    return bad.load() == 0;
+}
+
+}  // namespace fam
+}  // namespace arrpos
+#endif

@@ -1,0 +1,200 @@
+"""The compiled ALiBi and relative-bias kernels against the generic implementation (``_xp``,
+the reference), bit for bit, on hypothesis-drawn shapes, strides, dtypes, offsets and modes;
+through the public functions, so the dispatcher's routing is what is tested."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import array_api_compat.numpy as xp
+import arrpos
+from arrpos import _dispatch
+from arrpos._backends import _xp
+
+_numpy = _dispatch.front_end("host.numpy")
+pytestmark = pytest.mark.skipif(_numpy is None, reason="compiled extension disabled or absent")
+
+MODES = ["causal", "symmetric", "key"]
+
+
+def _dtypes():
+    out = [np.float32, np.float64, np.float16]
+    try:
+        import ml_dtypes
+
+        out.append(ml_dtypes.bfloat16)
+    except ImportError:
+        pass
+    return out
+
+
+DTYPES = _dtypes()
+
+
+def _same_bits(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and a.dtype == b.dtype
+    assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+def _slopes(draw_heads, dtype, negative=False, step=1):
+    s = arrpos.alibi_slopes(draw_heads).astype(np.float64) * (-1 if negative else 1)
+    s = np.repeat(s, step)  # a strided view below when step > 1
+    return s.astype(dtype)[::step]
+
+
+def _served(op, *arrays, **options):
+    """The front-end that serves this call is the compiled one (not a silent fallback)."""
+    assert _dispatch.plan(op, xp, arrays, **options).module is _numpy
+
+
+@settings(max_examples=80, deadline=None)
+@given(heads=st.integers(1, 9), q=st.integers(0, 40), k=st.integers(0, 300),
+       offset=st.one_of(st.none(), st.integers(-2**40, 2**40), st.integers(-50, 50)),
+       mode=st.sampled_from(MODES), dtype=st.sampled_from(DTYPES), negative=st.booleans(),
+       step=st.integers(1, 2))
+def test_alibi_bias_equals_generic(heads, q, k, offset, mode, dtype, negative, step):
+    s = _slopes(heads, dtype, negative, step)
+    got = arrpos.alibi_bias(s, q, k, mode=mode, query_offset=offset)
+    _served("alibi_bias", s, mode=mode, dtype=s.dtype)
+    off = k - q if offset is None else offset
+    ref = _xp.alibi_bias(s, q, k, mode=mode, query_offset=off, dtype=s.dtype, xp=xp)
+    _same_bits(got, ref)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("k", [1, 7, 500, 3000])
+def test_alibi_bias_streamed_sizes(mode, k):
+    """Outputs past the streaming size, rows short (staged) and long (copied from the line)."""
+    s = arrpos.alibi_slopes(5).astype(np.float32)
+    q = (9 << 20) // (5 * 4 * k) + 3
+    got = arrpos.alibi_bias(s, q, k, mode=mode, query_offset=-17)
+    ref = _xp.alibi_bias(s, q, k, mode=mode, query_offset=-17, dtype=s.dtype, xp=xp)
+    _same_bits(got, ref)
+
+
+def test_alibi_bias_special_slopes():
+    """NaN, infinite and zero slopes multiply like the generic code's (0 * inf is NaN)."""
+    s = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45], dtype=np.float32)
+    for mode in MODES:
+        ref = _xp.alibi_bias(s, 5, 6, mode=mode, query_offset=2, dtype=s.dtype, xp=xp)
+        _same_bits(arrpos.alibi_bias(s, 5, 6, mode=mode, query_offset=2), ref)
+
+
+positions = st.one_of(
+    st.lists(st.integers(-2**40, 2**40), min_size=1, max_size=30).map(np.array),
+    st.lists(st.integers(-300, 300), min_size=1, max_size=30).map(np.array),
+    st.lists(st.integers(-300, 300), min_size=1, max_size=30).map(
+        lambda v: np.array(v, dtype=np.float64) / 4),
+    st.lists(st.integers(0, 200), min_size=1, max_size=30).map(
+        lambda v: np.array(v, dtype=np.uint8)),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(qp=positions, kp=positions, lead_q=st.sampled_from([(), (1,), (3,), (2, 1)]),
+       lead_k=st.sampled_from([(), (1,), (3,)]), mode=st.sampled_from(MODES),
+       dtype=st.sampled_from(DTYPES), heads=st.integers(1, 5), negative=st.booleans())
+def test_alibi_from_positions_equals_generic(qp, kp, lead_q, lead_k, mode, dtype, heads,
+                                             negative):
+    s = _slopes(heads, dtype, negative)
+    qp = np.broadcast_to(qp, lead_q + qp.shape)
+    kp = np.broadcast_to(kp[::-1], lead_k + kp.shape)  # a reversed, broadcast view
+    got = arrpos.alibi_bias_from_positions(s, qp, kp, mode=mode)
+    lead = np.broadcast_shapes(lead_q, lead_k)
+    qi = qp.astype(np.int64) if qp.dtype.kind in "iu" else qp
+    ki = kp.astype(np.int64) if kp.dtype.kind in "iu" else kp
+    ref = _xp.alibi_bias_from_positions(s, qi, ki, mode=mode, lead=lead, dtype=s.dtype, xp=xp)
+    _served("alibi_bias_from_positions", s, qi, ki, mode=mode, lead=lead, dtype=s.dtype)
+    _same_bits(got, ref)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.integers(1, 5), k=st.integers(1, 400), heads=st.integers(1, 40),
+       dtype=st.sampled_from(DTYPES), kind=st.sampled_from([bool, np.int64, np.int8]),
+       negative=st.booleans(), data=st.data())
+def test_alibi_from_mask_equals_generic(batch, k, heads, dtype, kind, negative, data):
+    bits = data.draw(st.lists(st.booleans(), min_size=batch * k, max_size=batch * k))
+    mask = np.array(bits).reshape(batch, k).astype(kind)
+    s = _slopes(heads, dtype, negative)
+    got = arrpos.alibi_bias_from_mask(s, mask)
+    ref = _xp.alibi_bias_from_mask(s, mask != 0, dtype=s.dtype, xp=xp)
+    _served("alibi_bias_from_mask", s, mask != 0, dtype=s.dtype)
+    _same_bits(got, ref)
+
+
+@settings(max_examples=60, deadline=None)
+@given(buckets=st.integers(1, 40), heads=st.integers(1, 20),
+       shape=st.sampled_from([(0,), (5,), (7, 9), (3, 4, 5), (64, 300)]),
+       dtype=st.sampled_from(DTYPES),
+       idt=st.sampled_from([np.int64, np.int32, np.int16, np.uint8, np.uint64]),
+       transposed=st.booleans(), data=st.data())
+def test_relative_bias_equals_generic(buckets, heads, shape, dtype, idt, transposed, data):
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    table = rng.standard_normal((heads, buckets) if transposed else (buckets, heads))
+    table = (table.T if transposed else table).astype(dtype)  # a transposed view, or not
+    index = rng.integers(0, min(buckets, 127), size=shape).astype(idt)
+    got = arrpos.relative_bias(table, index)
+    ref = _xp.relative_bias(table, index, dtype=table.dtype, xp=xp)
+    _served("relative_bias", table, index, dtype=table.dtype)
+    _same_bits(got, ref)
+
+
+def test_relative_bias_large_streamed_and_t5_index():
+    table = np.random.default_rng(1).standard_normal((32, 12)).astype(np.float32)
+    index = arrpos.t5_bucket(arrpos.relative_positions(700, 900))
+    ref = _xp.relative_bias(table, index, dtype=table.dtype, xp=xp)
+    _same_bits(arrpos.relative_bias(table, index), ref)
+
+
+def test_relative_bias_index_out_of_range_raises():
+    from arrpos._backends.host import driver
+
+    table = np.zeros((4, 2), np.float32)
+    out = np.empty((2, 3), np.float32)
+    with pytest.raises(ValueError, match="index"):
+        driver.relative_gather_into(table, np.array([0, 4, 1]), out)
+    with pytest.raises(ValueError, match="index"):
+        driver.relative_gather_into(table, np.array([0, -1, 1]), out)
+
+
+torch = pytest.importorskip("torch")
+TORCH_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", TORCH_DTYPES)
+def test_torch_cpu_kernels_equal_generic(dtype):
+    """Torch CPU tensors reach the same kernels (bfloat16 as its bits) with the same values."""
+    import array_api_compat.torch as txp
+
+    s = torch.tensor(arrpos.alibi_slopes(6, dtype=np.float64), dtype=dtype)
+    for mode in MODES:
+        got = arrpos.alibi_bias(s, 33, 70, mode=mode, query_offset=5)
+        ref = _xp.alibi_bias(s, 33, 70, mode=mode, query_offset=5, dtype=dtype, xp=txp)
+        assert torch.equal(got.view(torch.int16 if dtype.itemsize == 2 else got.dtype),
+                           ref.view(torch.int16 if dtype.itemsize == 2 else ref.dtype))
+        qp, kp = torch.arange(20) * 3 - 7, torch.arange(31, dtype=torch.int32)
+        got = arrpos.alibi_bias_from_positions(s, qp, kp, mode=mode)
+        ref = _xp.alibi_bias_from_positions(s, qp, kp.to(torch.int64), mode=mode, lead=(),
+                                            dtype=dtype, xp=txp)
+        assert torch.equal(got.float(), ref.float()) and got.dtype == ref.dtype
+    mask = torch.tensor([[0, 0, 1, 1, 0, 1], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    got = arrpos.alibi_bias_from_mask(s, mask)
+    ref = _xp.alibi_bias_from_mask(s, mask, dtype=dtype, xp=txp)
+    assert torch.equal(got.float(), ref.float())
+    table = torch.randn(32, 6).to(dtype)
+    index = arrpos.t5_bucket(arrpos.relative_positions(40, 50, xp=txp))
+    got = arrpos.relative_bias(table, index)
+    ref = _xp.relative_bias(table, index, dtype=dtype, xp=txp)
+    assert torch.equal(got.float(), ref.float())
+    assert _dispatch.plan("relative_bias", txp, (table, index), dtype=dtype).module.__name__ \
+        .endswith("host.torch_cpu")
+
+
+def test_torch_autograd_keeps_generic_path():
+    table = torch.randn(8, 3, requires_grad=True)
+    index = torch.tensor([[0, 7], [3, 1]])
+    arrpos.relative_bias(table, index).sum().backward()
+    assert table.grad is not None and float(table.grad.sum()) == 4 * 3
