@@ -446,7 +446,7 @@ cdef extern from "families.hpp" namespace "arrpos::fam":
         const char *table
         const char *index
         char *out
-        Py_ssize_t heads, buckets, n
+        Py_ssize_t heads, buckets, n, rows
         bint stream
     void alibi_bias[T](AlibiJob job, int nthreads) noexcept nogil
     void alibi_positions[T, P](PositionsJob job, int nthreads) noexcept nogil
@@ -554,10 +554,11 @@ def alibi_mask_into(cnp.ndarray slopes, cnp.ndarray mask, cnp.ndarray out, int c
 
 
 def relative_gather(cnp.ndarray table_t, cnp.ndarray index, cnp.ndarray out, int nthreads=1,
-                    bint stream=False):
+                    bint stream=False, Py_ssize_t rows=0):
     """``out[h, p] = table_t[h, index[p]]``: ``table_t (heads, buckets)``, ``index (n,)`` int32
     or int64 and ``out (heads, n)`` C-contiguous, of one element size (2, 4 or 8 bytes: the
-    bits are copied). ValueError for an index outside ``[0, buckets)``."""
+    bits are copied); ``rows``: the index is ``(rows, n / rows)`` (0: unknown). ValueError for
+    an index outside ``[0, buckets)``."""
     cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(table_t)
     cdef int it = cnp.PyArray_TYPE(index)
     if cnp.PyArray_NDIM(table_t) != 2 or cnp.PyArray_NDIM(index) != 1 \
@@ -565,7 +566,8 @@ def relative_gather(cnp.ndarray table_t, cnp.ndarray index, cnp.ndarray out, int
             or not cnp.PyArray_IS_C_CONTIGUOUS(out) or not cnp.PyArray_ISWRITEABLE(out) \
             or cnp.PyArray_ITEMSIZE(out) != item or (item != 2 and item != 4 and item != 8) \
             or (it != cnp.NPY_INT64 and it != cnp.NPY_INT32) or not cnp.PyArray_ISNOTSWAPPED(index) \
-            or cnp.PyArray_SIZE(out) != table_t.shape[0] * index.shape[0] or nthreads < 1:
+            or cnp.PyArray_SIZE(out) != table_t.shape[0] * index.shape[0] or nthreads < 1 \
+            or rows < 0 or (rows > 0 and index.shape[0] % rows):
         raise Unsupported("relative_bias: arrays the kernel does not serve")
     cdef GatherJob job
     job.table = <const char *>cnp.PyArray_DATA(table_t)
@@ -573,6 +575,7 @@ def relative_gather(cnp.ndarray table_t, cnp.ndarray index, cnp.ndarray out, int
     job.out = <char *>cnp.PyArray_DATA(out)
     job.heads, job.buckets, job.n, job.stream = table_t.shape[0], table_t.shape[1], \
         index.shape[0], stream
+    job.rows = rows
     cdef bint ok
     cdef bint wide = it == cnp.NPY_INT64
     with nogil:

@@ -167,14 +167,14 @@ void positions_chunk(void *ctx, ptrdiff_t c)
     const P *qp = (const P *)j.qp + l * j.q;
     const P *kp = (const P *)j.kp + l * j.k;
     const ptrdiff_t per = kPiece / (ptrdiff_t)sizeof(T);
-    std::vector<T> stage((size_t)per);
-    T *st = stage.data();
+    std::vector<T> stage(j.stream ? (size_t)per : 1);
     char *dst = j.out + ((ptrdiff_t)plane * j.q + r0) * j.k * (ptrdiff_t)sizeof(T);
     for (ptrdiff_t i = r0; i < r1; i++) {
         const P qi = qp[i];
         for (ptrdiff_t j0 = 0; j0 < j.k; j0 += per) {
             const ptrdiff_t n = j.k - j0 < per ? j.k - j0 : per;
             const P *kr = kp + j0;
+            T *st = j.stream ? stage.data() : (T *)dst;  // cached stores: into the output
             if (j.mode == 2) {
                 for (ptrdiff_t m = 0; m < n; m++)
                     Elem<T>::store_exact(st + m, s * (double)kr[m]);
@@ -189,7 +189,8 @@ void positions_chunk(void *ctx, ptrdiff_t c)
                     Elem<T>::store_exact(st + m, s * (double)((P)0 - (b < 0 ? -b : b)));
                 }
             }
-            put(dst, (const char *)st, n * (ptrdiff_t)sizeof(T), j.stream);
+            if (j.stream)
+                put(dst, (const char *)st, n * (ptrdiff_t)sizeof(T), true);
             dst += n * (ptrdiff_t)sizeof(T);
         }
     }
@@ -226,22 +227,29 @@ void mask_chunk(void *ctx, ptrdiff_t c)
     const MaskJob &j = *(const MaskJob *)ctx;
     const ptrdiff_t b = c / j.chunks_per_row, h0 = (c % j.chunks_per_row) * j.heads_per_chunk;
     const ptrdiff_t h1 = h0 + j.heads_per_chunk < j.heads ? h0 + j.heads_per_chunk : j.heads;
-    std::vector<int64_t> pos((size_t)j.k);
+    std::vector<int32_t> pos((size_t)j.k);  // k < 2**31: int32 converts in vectors
     const uint8_t *m = j.mask + b * j.k;
-    int64_t run = 0;
+    int32_t run = 0;
     for (ptrdiff_t t = 0; t < j.k; t++) {
         run += m[t] != 0;
         pos[(size_t)t] = m[t] != 0 ? run - 1 : 0;
     }
     const ptrdiff_t rowb = j.k * (ptrdiff_t)sizeof(T);
-    std::vector<T> row((size_t)j.k);
+    std::vector<T> row(j.stream ? (size_t)j.k : 1);
     for (ptrdiff_t h = h0; h < h1; h++) {
         const typename Elem<T>::C s = Elem<T>::load((const T *)j.slopes + h);
-        T *r = row.data();
-        const int64_t *p = pos.data();
-        for (ptrdiff_t t = 0; t < j.k; t++)
-            r[t] = scaled<T>(s, p[t]);
-        put(j.out + (b * j.heads + h) * rowb, (const char *)r, rowb, j.stream);
+        char *dst = j.out + (b * j.heads + h) * rowb;
+        T *r = j.stream ? row.data() : (T *)dst;  // cached stores: straight into the output
+        const int32_t *p = pos.data();
+        if constexpr (sizeof(T) == 2) {
+            for (ptrdiff_t t = 0; t < j.k; t++)
+                r[t] = scaled<T>(s, p[t]);
+        } else {
+            for (ptrdiff_t t = 0; t < j.k; t++)
+                r[t] = s * (typename Elem<T>::C)p[t];
+        }
+        if (j.stream)
+            put(dst, (const char *)r, rowb, true);
     }
     fence(j.stream);
 }
@@ -260,14 +268,18 @@ void alibi_mask(MaskJob job, int nthreads)
 // ---- relative_bias: out[h, p] = table[index[p], h] ------------------------------------------
 //
 // A bit copy, so by element size (U: uint16/32/64). The table comes transposed, (heads,
-// buckets), each head's row in cache; a tile of the index is read once for every head.
+// buckets), each head's row in cache. A 2-D index whose rows are shifts of each other
+// (index[i, j] = index[i-1, j-1]: T5's and every bucket of key - query) is one line of q + k - 1
+// ids, so each output row is a window of that line's values, copied like alibi_bias's rows;
+// any other index is gathered in tiles, each read once for every head.
 struct GatherJob {
     const char *table;  // (heads, buckets) of U
-    const char *index;  // (n,) of I
+    const char *index;  // (n,) of I; (rows, n / rows) when rows > 0
     char *out;  // (heads, n) of U
-    ptrdiff_t heads, buckets, n, tile;
+    ptrdiff_t heads, buckets, n, rows, tile, cols, chunk_rows, chunks_per_head;
+    const int64_t *line;  // the shifted rows' ids: line[rows - 1 - i + j] = index[i, j]
     bool stream;
-    std::atomic<int> *bad;  // set when an index lies outside [0, buckets)
+    std::atomic<int> *bad;  // bit 1: an index outside [0, buckets); bit 2: rows not shifts
 };
 
 template <class U, class I>
@@ -280,30 +292,92 @@ void gather_chunk(void *ctx, ptrdiff_t c)
     for (ptrdiff_t m = 0; m < n; m++)
         ok &= (uint64_t)(int64_t)idx[m] < (uint64_t)j.buckets;
     if (!ok) {
-        j.bad->store(1, std::memory_order_relaxed);
+        j.bad->fetch_or(1, std::memory_order_relaxed);
         return;
     }
-    std::vector<U> stage((size_t)n);
-    U *st = stage.data();
+    std::vector<U> stage(j.stream ? (size_t)n : 1);
     for (ptrdiff_t h = 0; h < j.heads; h++) {
         const U *row = (const U *)j.table + h * j.buckets;
+        char *dst = j.out + (h * j.n + p0) * (ptrdiff_t)sizeof(U);
+        U *st = j.stream ? stage.data() : (U *)dst;  // cached stores: into the output
         for (ptrdiff_t m = 0; m < n; m++)
             st[m] = row[idx[m]];
-        put(j.out + (h * j.n + p0) * (ptrdiff_t)sizeof(U), (const char *)st,
-            n * (ptrdiff_t)sizeof(U), j.stream);
+        if (j.stream)
+            put(dst, (const char *)st, n * (ptrdiff_t)sizeof(U), true);
     }
     fence(j.stream);
 }
 
-// Returns false (output partly written) when an index lies outside [0, buckets).
+// Rows [c * tile, ...) of a 2-D index: each a shift of the one before (bit 2 if not).
+template <class I>
+void shifted_chunk(void *ctx, ptrdiff_t c)
+{
+    GatherJob &j = *(GatherJob *)ctx;
+    const ptrdiff_t k = j.cols, i0 = c * j.tile > 0 ? c * j.tile : 1;
+    const ptrdiff_t i1 = (c + 1) * j.tile < j.rows ? (c + 1) * j.tile : j.rows;
+    const I *idx = (const I *)j.index;
+    bool same = true;
+    for (ptrdiff_t i = i0; i < i1 && same; i++)
+        same = std::memcmp(idx + i * k + 1, idx + (i - 1) * k, (size_t)(k - 1) * sizeof(I)) == 0;
+    if (!same)
+        j.bad->fetch_or(2, std::memory_order_relaxed);
+}
+
+template <class U>
+void window_chunk(void *ctx, ptrdiff_t c)
+{
+    const GatherJob &j = *(const GatherJob *)ctx;
+    const ptrdiff_t h = c / j.chunks_per_head, r0 = (c % j.chunks_per_head) * j.chunk_rows;
+    const ptrdiff_t r1 = r0 + j.chunk_rows < j.rows ? r0 + j.chunk_rows : j.rows;
+    const ptrdiff_t k = j.cols, len = (r1 - r0) + k - 1, first = j.rows - r1;
+    const U *row = (const U *)j.table + h * j.buckets;
+    std::vector<U> seg((size_t)len);
+    U *L = seg.data();
+    for (ptrdiff_t u = 0; u < len; u++)
+        L[u] = row[j.line[first + u]];
+    const ptrdiff_t rowb = k * (ptrdiff_t)sizeof(U);
+    char *dst = j.out + (h * j.rows + r0) * rowb;
+    for (ptrdiff_t i = r0; i < r1; i++, dst += rowb)
+        put(dst, (const char *)(L + (r1 - 1 - i)), rowb, j.stream);
+    fence(j.stream);
+}
+
+// Returns false (output partly written) when an index lies outside [0, buckets). ``rows``:
+// the index is (rows, n / rows), whose shifted rows may take the window path; 0: any.
 template <class U, class I>
 bool gather(GatherJob job, int nthreads)
 {
     if (job.heads == 0 || job.n == 0)
         return true;
-    job.tile = kPiece / (ptrdiff_t)sizeof(U);
     std::atomic<int> bad{0};
     job.bad = &bad;
+    job.cols = job.rows > 0 ? job.n / job.rows : 0;
+    // windows pay when a row is long enough to stream from the line (a shorter row is staged
+    // by the tile gather anyway)
+    if (job.rows >= 2 && job.cols * (ptrdiff_t)sizeof(U) >= 256) {
+        job.tile = kChunk / (job.cols * (ptrdiff_t)sizeof(I)) + 1;
+        parallel_for((job.rows + job.tile - 1) / job.tile, nthreads, shifted_chunk<I>, &job);
+        if (bad.load() == 0) {
+            const ptrdiff_t len = job.rows + job.cols - 1;
+            std::vector<int64_t> line((size_t)len);
+            const I *idx = (const I *)job.index;
+            for (ptrdiff_t u = 0; u < job.rows - 1; u++)  // column 0, bottom row up
+                line[(size_t)u] = (int64_t)idx[(job.rows - 1 - u) * job.cols];
+            for (ptrdiff_t m = 0; m < job.cols; m++)  // row 0
+                line[(size_t)(job.rows - 1 + m)] = (int64_t)idx[m];
+            for (ptrdiff_t u = 0; u < len; u++)
+                if ((uint64_t)line[(size_t)u] >= (uint64_t)job.buckets)
+                    return false;
+            job.line = line.data();
+            const ptrdiff_t rowb = job.cols * (ptrdiff_t)sizeof(U);
+            job.chunk_rows = kChunk / rowb > 0 ? kChunk / rowb : 1;
+            job.chunks_per_head = (job.rows + job.chunk_rows - 1) / job.chunk_rows;
+            parallel_for(job.heads * job.chunks_per_head, nthreads, window_chunk<U>, &job);
+            return true;
+        }
+        bad.store(0);
+    }
+    job.tile = kPiece / (ptrdiff_t)sizeof(U);
     parallel_for((job.n + job.tile - 1) / job.tile, nthreads, gather_chunk<U, I>, &job);
     return bad.load() == 0;
 }

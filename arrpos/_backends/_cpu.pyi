@@ -48,3 +48,19 @@ class OutputBlock:
     """Memory of one large output (a writable buffer); returns to a free list when released."""
     def __init__(self, nbytes: int) -> None: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
+def alibi_bias_into(
+    slopes: _Array, out: _Array, code: int, q: int, k: int, qoff: int, mode: int,
+    nthreads: int = ..., stream: bool = ...,
+) -> None: ...
+def alibi_positions_into(
+    slopes: _F64, qp: _Array, kp: _Array, out: _Array, code: int, mode: int,
+    nthreads: int = ..., stream: bool = ...,
+) -> None: ...
+def alibi_mask_into(
+    slopes: _Array, mask: _Array, out: _Array, code: int, nthreads: int = ...,
+    stream: bool = ...,
+) -> None: ...
+def relative_gather(
+    table_t: _Array, index: _Array, out: _Array, nthreads: int = ..., stream: bool = ...,
+    rows: int = ...,
+) -> None: ...

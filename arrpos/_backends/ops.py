@@ -138,7 +138,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        arrays=("slopes", "attention_mask"), dtypes={"host": FLOATS}),
     Op("alibi_bias_from_positions", ("slopes", "query_positions", "key_positions"),
        arrays=("slopes", "query_positions", "key_positions"), dtypes={"host": FLOATS}),
-    Op("relative_bias", ("table", "index"), arrays=("table", "index"), dtypes={"host": FLOATS}),
+    Op("relative_bias", ("table", "index"), arrays=("table", "index"), dtypes={"host": FLOATS},
+       validated_by=("host",)),
     # the generic code's alone (no driver has them); listed for their slots
     Op("rope_cos_sin_mixed", ("positions", "inv_freq"), arrays=("positions", "inv_freq"),
        outputs=(("cos", None), ("sin", None))),

@@ -15,6 +15,7 @@ from .._lib import (
     device_of,
     work_float,
 )
+from .._lib._namespace import dense_array
 from ..typing import Array
 
 __all__ = [
@@ -93,9 +94,11 @@ def relative_bias(table: Array, index: Array, /) -> Array:
     check_array(xp, index, "index", kind="integer")
     if table.ndim != 2:
         raise ValueError(f"table must have shape (num_buckets, heads), got {tuple(table.shape)}")
-    index = check_index(xp, index, table.shape[0], "index", "the rows of table")
+    index = as_index(xp, dense_array(index, "index"), "index")
+    # ids in range: checked here unless the kernel that serves the call checks them itself
     return _dispatch.call("relative_bias", xp, table, index, arrays=(table, index),
-                          dtype=table.dtype)
+                          dtype=table.dtype, check=lambda: check_index(
+                              xp, index, table.shape[0], "index", "the rows of table"))
 
 
 def rel_shift(scores: Array, /) -> Array:

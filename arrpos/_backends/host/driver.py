@@ -389,7 +389,8 @@ def relative_gather_into(table, index, out) -> None:
         idx = idx.astype(np.int64)
     nthreads, stream = threads_and_stores(out.nbytes)
     _cpu.relative_gather(np.ascontiguousarray(table.T), np.ascontiguousarray(idx),
-                         out.reshape(out.shape[0], -1), nthreads, stream)
+                         out.reshape(out.shape[0], -1), nthreads, stream,
+                         index.shape[0] if index.ndim == 2 else 0)
 
 
 memory.use_bounds(_cpu.bounds_meeting)

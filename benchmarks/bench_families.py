@@ -1,0 +1,148 @@
+"""ALiBi and the relative-bias gather: the compiled kernels (through the public functions)
+against the write limit of the same output and the code users run today (BLOOM's
+``build_alibi_tensor``, T5's ``compute_bias`` in transformers, the NumPy formula), at the
+kernels' threads and at one thread (torch held to the same count), in one interleaved run."""
+from __future__ import annotations
+
+import numpy as np
+
+import arrpos
+from arrpos import _dispatch
+
+from ._timing import interleaved, one_thread
+
+ALIBI = (32, 2048, 2048)  # heads, queries, keys: 512 MiB of float32
+ALIBI_QUICK = (32, 1024, 512)  # 64 MiB
+MASK = (8, 32, 4096)  # batch, heads, keys (BLOOM)
+T5 = (16, 1024, 1024)  # heads, queries, keys: 64 MiB
+
+
+def _threads() -> int:
+    return int(_dispatch.compiled_threads()["threads"] or 1)
+
+
+def _limit(t, mine, stream):
+    return f"{t[mine] / t[stream]:.2f} x streaming fill"
+
+
+def _torch_held(torch, n, fn):
+    """``fn`` with torch's intra-op threads held to ``n`` (restored after)."""
+    def call():
+        was = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            return fn()
+        finally:
+            torch.set_num_threads(was)
+    return call
+
+
+def alibi_rows(rounds, quick):
+    host = _dispatch.driver("host")
+    h, q, k = ALIBI_QUICK if quick else ALIBI
+    s = arrpos.alibi_slopes(h, dtype=np.float32)
+    buf = host.empty((h, q, k), np.dtype(np.float32))
+    rows = []
+    for mode in ("causal", "symmetric", "key"):
+        def kernel(mode=mode):
+            return arrpos.alibi_bias(s, q, k, mode=mode)
+
+        def formula():  # the bias as model files write it: distances times slopes
+            d = np.arange(k)[None, :] - np.arange(q)[:, None] - (k - q)
+            return s[:, None, None] * np.minimum(d, 0).astype(np.float32)
+
+        funcs = {"kernel": kernel, "one thread": one_thread(kernel),
+                 "stream": lambda: host.stream_fill(buf),
+                 "stream 1": one_thread(lambda: host.stream_fill(buf))}
+        if mode == "causal":
+            funcs["numpy"] = formula
+        t = interleaved(funcs, rounds=rounds)
+        size = f"({h}, {q}, {k}) f32"
+        user = (f"{t['numpy'] / t['kernel']:.1f} x faster than the numpy formula"
+                if mode == "causal" else "")
+        rows.append((f"alibi_bias {mode}", size, t["kernel"] * 1e3,
+                     _limit(t, "kernel", "stream"), user))
+        rows.append((f"alibi_bias {mode}, 1 thread", size, t["one thread"] * 1e3,
+                     _limit(t, "one thread", "stream 1"), ""))
+    return rows
+
+
+def mask_rows(rounds, quick):
+    try:
+        import torch
+        from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+    except ImportError:
+        return []
+    b, h, k = MASK
+    mask = torch.ones(b, k, dtype=torch.long)
+    mask[1::2, : k // 4] = 0  # left padding on every other row
+    n = _threads()
+
+    def mine():  # the slopes and the bias, as build_alibi_tensor computes both per call
+        return arrpos.alibi_bias_from_mask(arrpos.alibi_slopes(h, xp=torch), mask)
+
+    def bloom():
+        return build_alibi_tensor(mask, h, torch.float32)
+
+    t = interleaved({"kernel": _torch_held(torch, n, mine), "one thread": one_thread(mine),
+                     "bloom": _torch_held(torch, n, bloom),
+                     "bloom 1": _torch_held(torch, 1, bloom)}, rounds=rounds)
+    size = f"({b}, {h}, 1, {k}) f32"
+    return [("alibi_bias_from_mask (torch)", size, t["kernel"] * 1e3, "",
+             f"{t['bloom'] / t['kernel']:.2f} x faster than transformers build_alibi_tensor"),
+            ("alibi_bias_from_mask (torch), 1 thread", size, t["one thread"] * 1e3, "",
+             f"{t['bloom 1'] / t['one thread']:.2f} x faster than build_alibi_tensor, 1 thread")]
+
+
+def t5_rows(rounds, quick):
+    try:
+        import torch
+        from transformers import T5Config
+        from transformers.models.t5.modeling_t5 import T5Attention
+    except ImportError:
+        return []
+    host = _dispatch.driver("host")
+    h, q, k = T5
+    cfg = T5Config(num_heads=h, d_model=64, d_kv=4, relative_attention_num_buckets=32,
+                   relative_attention_max_distance=128, is_decoder=False)
+    att = T5Attention(cfg, has_relative_attention_bias=True).eval()
+    table = att.relative_attention_bias.weight.detach()
+    index = arrpos.t5_bucket(arrpos.relative_positions(q, k, xp=torch))
+    buf = host.empty((h, q, k), np.dtype(np.float32))
+    n = _threads()
+
+    def gather():
+        return arrpos.relative_bias(table, index)
+
+    def t5_bias():
+        return arrpos.relative_bias(table, arrpos.t5_bucket(arrpos.relative_positions(
+            q, k, xp=torch)))
+
+    def hf():
+        with torch.no_grad():
+            return att.compute_bias(q, k)
+
+    t = interleaved({"kernel": gather, "one thread": one_thread(gather),
+                     "stream": lambda: host.stream_fill(buf),
+                     "stream 1": one_thread(lambda: host.stream_fill(buf)),
+                     "t5": _torch_held(torch, n, t5_bias), "t5 1": one_thread(
+                         _torch_held(torch, 1, t5_bias)),
+                     "hf": _torch_held(torch, n, hf), "hf 1": _torch_held(torch, 1, hf)},
+                    rounds=rounds)
+    size = f"({h}, {q}, {k}) f32"
+    return [("relative_bias gather (T5 index)", size, t["kernel"] * 1e3,
+             _limit(t, "kernel", "stream"), ""),
+            ("relative_bias gather (T5 index), 1 thread", size, t["one thread"] * 1e3,
+             _limit(t, "one thread", "stream 1"), ""),
+            ("T5 bias: t5_bucket + relative_bias", size, t["t5"] * 1e3, "",
+             f"{t['hf'] / t['t5']:.2f} x faster than transformers T5Attention.compute_bias"),
+            ("T5 bias, 1 thread", size, t["t5 1"] * 1e3, "",
+             f"{t['hf 1'] / t['t5 1']:.2f} x faster than compute_bias, 1 thread")]
+
+
+def run(quick=False, rounds=None):
+    if _dispatch.front_end("host.numpy") is None:
+        return [], "families: compiled extension unavailable, nothing to compare"
+    rounds = rounds or (5 if quick else 15)
+    rows = alibi_rows(rounds, quick) + mask_rows(rounds, quick) + t5_rows(rounds, quick)
+    return rows, f"families: {_threads()} kernel thread(s); torch held to the same count"
