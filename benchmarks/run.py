@@ -17,10 +17,11 @@ if __package__ in (None, ""):  # run as a script: make the package importable
     __package__ = "benchmarks"
 
 from . import (bench_dask, bench_gpu, bench_peers, bench_rope, bench_sinusoid,  # noqa: E402
-               bench_threads)
+               bench_threads, bench_train)
 from ._timing import format_results, results_csv  # noqa: E402
 
-SUITES = [bench_sinusoid, bench_rope, bench_peers, bench_threads, bench_gpu, bench_dask]
+SUITES = [bench_sinusoid, bench_rope, bench_peers, bench_train, bench_threads, bench_gpu,
+          bench_dask]
 
 
 def machine() -> str:

@@ -365,3 +365,129 @@ def test_jacrev_equals_the_generic_paths(layout):
         lambda x, cc: _generic("apply_rope_cached")(x, cc, sin[:, :2], ids, layout=layout),
         argnums=(0, 1))(x, cc)
     _assert_all_close(got, want, torch.float64)
+
+
+# ------------------------------------------------------------------------------------------
+# the CUDA registration: its body emulated here (tests/cuda_emulation.py), on a GPU for real
+
+
+@pytest.fixture
+def emulated_cuda_body(tmp_path, monkeypatch):
+    """The ops' bodies for CPU tensors routed to the CUDA front-end's body, whose kernels run
+    in the emulator (CPU tensors stand in for CUDA ones; streams are not emulated)."""
+    if not KERNELS:
+        pytest.skip("compiled kernels not built or disabled: no op front-end loaded")
+    import contextlib
+    import importlib
+    import sys
+
+    import cuda_emulation
+    from arrpos._backends import torch_ops
+    from arrpos._backends.cuda import driver
+    from arrpos._backends.cuda import torch_cuda as tc
+    importlib.import_module("arrpos._backends.host.torch_cpu")  # registers "cpu" first
+
+    try:
+        lib = cuda_emulation.build(tmp_path)
+    except RuntimeError as exc:
+        pytest.skip(f"CUDA emulation unavailable: {exc}")
+    fake = cuda_emulation.FakeCupy(lib)
+    driver.forget()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(tc, "_on_torch_stream", lambda device: contextlib.nullcontext())
+    monkeypatch.setitem(torch_ops._KERNELS, "cpu", tc._op_kernel)
+    yield fake
+    driver.forget()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_body_forward_and_backward_emulated(emulated_cuda_body, layout):
+    """The CUDA body serves the forward and the backward (the inverse rotation: two launches
+    each for q and k), gradients as the generic path's; the cached form's ids are checked by
+    the body (a traced call is not read before it)."""
+    cp = emulated_cuda_body
+    cos, sin = _tables(6, layout, torch.float32)
+    q, k = _rand(2, 4, 5, 8), _rand(2, 2, 5, 8, seed=2)
+    w = [_rand(2, 4, 5, 8, seed=3), _rand(2, 2, 5, 8, seed=4)]
+    from arrpos._backends import torch_ops
+
+    launched = len(cp.launches)
+    got = _grads(lambda q, k, c, s: torch_ops.apply_rope_qk(q, k, c, s, layout, False),
+                 _leaves(q, k, cos, sin), w)
+    assert [name.split("<")[0] for name, *_ in cp.launches[launched:]] == \
+        ["arrpos::apply_rope"] * 4
+    want = _grads(lambda q, k, c, s: _generic("apply_rope_qk")(q, k, c, s, layout=layout),
+                  _leaves(q, k, cos, sin), w)
+    _assert_all_close(got[0] + got[1], want[0] + want[1], torch.float32)
+    x = _rand(2, 5, 3, 8)
+    bad = torch.tensor([[0, 1, 2, 3, 99]])[:, :, None]
+    with pytest.raises(ValueError, match="position_ids"):
+        torch_ops.apply_rope_cached(x, cos[:, :3].contiguous(), sin[:, :3].contiguous(), bad,
+                                    layout, False)
+
+
+def _cuda():
+    if not torch.cuda.is_available():
+        return None
+    from arrpos._backends.cuda import torch_cuda
+
+    return torch_cuda if torch_cuda.cupy_available() else None
+
+
+@pytest.mark.skipif(_cuda() is None, reason="no CUDA device with CuPy here")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_tensors_run_the_kernels(dtype):
+    """On a GPU: gradients of apply_rope_qk and apply_rope_cached as the generic path's, the
+    kernels counted, and torch.compile (aot_eager) over apply_rope_qk."""
+    dev = "cuda"
+    cos, sin = (t.to(dev) for t in _tables(8, "half", dtype))
+    q, k = _rand(2, 4, 5, 8, dtype=dtype).to(dev), _rand(2, 2, 5, 8, dtype=dtype, seed=2).to(dev)
+    w = [_rand(2, 4, 5, 8, seed=3).to(dev), _rand(2, 2, 5, 8, seed=4).to(dev)]
+    before = _calls()
+    got = _grads(lambda q, k, c, s: arrpos.apply_rope_qk(q, k, c, s), _leaves(q, k, cos, sin),
+                 w)
+    _ran(before, 2)
+    want = _grads(lambda q, k, c, s: _generic("apply_rope_qk")(q, k, c, s, layout="half"),
+                  _leaves(q, k, cos, sin), w)
+    _assert_all_close(got[0] + got[1], want[0] + want[1], dtype)
+    cc, sc = cos[:, :4].contiguous(), sin[:, :4].contiguous()
+    ids = torch.tensor([[4, 3, 0, 1, 1]], device=dev)[:, :, None]
+    x = q.transpose(1, 2).contiguous()  # (batch, seq, heads, D)
+    got = _grads(lambda x, c: arrpos.apply_rope_cached(x, c, sc, ids), _leaves(x, cc),
+                 [w[0].transpose(1, 2).contiguous()])
+    want = _grads(lambda x, c: _generic("apply_rope_cached")(x, c, sc, ids, layout="half"),
+                  _leaves(x, cc), [w[0].transpose(1, 2).contiguous()])
+    _assert_all_close(got[0] + got[1], want[0] + want[1], dtype)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k: arrpos.apply_rope_qk(q, k, cos, sin), fullgraph=True,
+                             backend="aot_eager")
+    _assert_all_close(compiled(q, k), arrpos.apply_rope_qk(q, k, cos, sin), dtype)
+
+
+# ------------------------------------------------------------------------------------------
+# JAX (docs/training.md): jit, grad and vmap through the generic path
+
+
+def test_jax_jit_grad_vmap_through_the_generic_path():
+    """The gradient of ``sum(w * apply_rope(x))`` is the inverse rotation of ``w`` (the
+    rotation is orthogonal), here from NumPy's path; vmap over heads is the unbatched call."""
+    jax = pytest.importorskip("jax")
+    import numpy as np
+
+    jnp = jax.numpy
+    inv, _ = arrpos.rope_frequencies(8)
+    cos, sin = arrpos.rope_cos_sin(np.arange(5), inv, dtype=np.float32)
+    x, w = np.asarray(_rand(5, 3, 8)), np.asarray(_rand(5, 3, 8, seed=1))
+    jc, js = jnp.asarray(cos), jnp.asarray(sin)
+
+    def loss(x):
+        q, k = arrpos.apply_rope_qk(x, x[:, :1], jc[:, None], js[:, None])
+        return (q * w).sum() + (k * w[:, :1]).sum()
+
+    got = np.asarray(jax.jit(jax.grad(loss))(jnp.asarray(x)))
+    want = arrpos.apply_rope(w, cos[:, None], sin[:, None], inverse=True)
+    want[:, :1] += arrpos.apply_rope(w[:, :1], cos[:, None], sin[:, None], inverse=True)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    got = jax.vmap(lambda x: arrpos.apply_rope(x, jc, js), in_axes=1, out_axes=1)(x)
+    np.testing.assert_allclose(np.asarray(got), arrpos.apply_rope(x, cos[:, None], sin[:, None]),
+                               rtol=1e-6, atol=1e-6)

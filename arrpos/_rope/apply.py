@@ -151,13 +151,14 @@ def apply_rope(x: Array, cos: Array, sin: Array, /, *, layout: RopeLayout = "hal
     The arithmetic promotes ``x`` with the tables (float16 ``x`` with float32 tables computes in
     float32) and rounds once to ``x.dtype``. Without ``out`` nothing is written in place, so
     gradients flow on torch and JAX.
-    Backend support: the compiled kernel for NumPy arrays and torch CPU tensors without grad
-    (float16, bfloat16, float32, float64 ``x``; tables of another float type are converted once
-    and the result rounded once), CUDA kernels for CuPy arrays and CUDA torch tensors, and Dask
-    arrays with NumPy chunks one task per chunk of rows on those kernels (``out`` then names the
-    lazy result: Dask arrays are not written in place). Every other namespace, and inputs the
-    kernels decline (neg/conj views, unaligned or byte-swapped memory, strides that are not
-    whole elements), take the generic Array API code.
+    Backend support: the compiled kernel for NumPy arrays and torch CPU tensors (float16,
+    bfloat16, float32, float64 ``x``; tables of another float type are converted once and the
+    result rounded once), CUDA kernels for CuPy arrays and CUDA torch tensors (torch tensors
+    that require grad, and under ``torch.compile`` or ``torch.func``, without ``out``: through
+    custom ops, docs/training.md), and Dask arrays with NumPy chunks one task per chunk of rows
+    on those kernels (``out`` then names the lazy result: Dask arrays are not written in
+    place). Every other namespace, and inputs the kernels decline (neg/conj views, unaligned or
+    byte-swapped memory, strides that are not whole elements), take the generic Array API code.
 
     Examples
     --------
@@ -301,8 +302,9 @@ def apply_rope_cached(x: Array, cos_cache: Array, sin_cache: Array, position_ids
     Mapping from ONNX (``docs/coming-from-rope.md``): ONNX's 4-D input is
     ``(batch, heads, seq, D)`` and its ids ``(batch, seq)``, so pass ``ids[:, None, :]``.
     Backend support: one fused gather-and-rotate kernel for NumPy arrays and torch CPU tensors
-    without grad (the gathered tables are never materialised), CUDA kernels for CuPy arrays and
-    CUDA torch tensors, Dask arrays with NumPy chunks one task per chunk on those kernels; every
+    (the gathered tables are never materialised), CUDA kernels for CuPy arrays and CUDA torch
+    tensors (with autograd, ``torch.compile`` and ``torch.func`` as :func:`apply_rope`), Dask
+    arrays with NumPy chunks one task per chunk on those kernels; every
     other namespace the generic Array API code.
 
     Examples
