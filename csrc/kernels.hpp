@@ -21,19 +21,6 @@ namespace arrpos {
 
 enum Status { OK = 0, UNSUPPORTED = 1, BAD_POSITION = 2 };
 
-// For the table row pieces: GCC otherwise keeps some layouts' as calls, their vector registers
-// passed through memory (a third of the one-thread time of RoPE interleaved tables)
-#if defined(__GNUC__)
-#define ARRPOS_INLINE inline __attribute__((always_inline))
-#define ARRPOS_ALIGNED(p, n) __builtin_assume_aligned(p, n)
-#elif defined(_MSC_VER)
-#define ARRPOS_INLINE __forceinline
-#define ARRPOS_ALIGNED(p, n) (p)
-#else
-#define ARRPOS_INLINE inline
-#define ARRPOS_ALIGNED(p, n) (p)
-#endif
-
 // What one apply call needs inside the row loops (element strides of the innermost axis).
 struct RopeCall {
     ptrdiff_t R, D, ldc;                 // rotary width, row length, cache row length (R/2)
@@ -62,28 +49,58 @@ struct TableJob {
 
 }  // namespace arrpos
 
-#if ARRPOS_HAVE_SIMD
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma,f16c")
+// Each x86 instruction set's copy of the row kernels is compiled for its target: GCC by a
+// pragma, Clang by an attribute on every function of the copy; MSVC needs neither.
+#if ARRPOS_X86 && defined(__clang__)
+#define ARRPOS_PUSH_AVX512 \
+    _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx2,fma,f16c\"))), apply_to = function)")
+#define ARRPOS_PUSH_AVX512BF16 \
+    _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512dq,avx512bf16,avx2,fma,f16c\"))), apply_to = function)")
+#define ARRPOS_PUSH_AVX2 \
+    _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c\"))), apply_to = function)")
+#define ARRPOS_POP _Pragma("clang attribute pop")
+#elif ARRPOS_X86 && defined(__GNUC__)
+#define ARRPOS_PUSH_AVX512 \
+    _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx2,fma,f16c\")")
+#define ARRPOS_PUSH_AVX512BF16 \
+    _Pragma("GCC push_options") \
+    _Pragma("GCC target(\"avx512f,avx512dq,avx512bf16,avx2,fma,f16c\")")
+#define ARRPOS_PUSH_AVX2 _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
+#define ARRPOS_POP _Pragma("GCC pop_options")
+#else
+#define ARRPOS_PUSH_AVX512
+#define ARRPOS_PUSH_AVX512BF16
+#define ARRPOS_PUSH_AVX2
+#define ARRPOS_POP
+#endif
+
+#if ARRPOS_X86
+ARRPOS_PUSH_AVX512
 namespace arrpos { namespace isa_avx512 {
 using Isa = Avx512;
 #include "kernels.inc"
 }}
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512dq,avx512bf16,avx2,fma,f16c")
+ARRPOS_POP
+#if ARRPOS_X86_BF16
+ARRPOS_PUSH_AVX512BF16
 namespace arrpos { namespace isa_avx512bf16 {
 using Isa = Avx512Bf16;
 #include "kernels.inc"
 }}
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
+ARRPOS_POP
+#endif
+ARRPOS_PUSH_AVX2
 namespace arrpos { namespace isa_avx2 {
 using Isa = Avx2;
 #include "kernels.inc"
 }}
-#pragma GCC pop_options
+ARRPOS_POP
+#endif
+#if ARRPOS_NEON
+namespace arrpos { namespace isa_neon {
+using Isa = Neon;
+#include "kernels.inc"
+}}
 #endif
 namespace arrpos { namespace isa_portable {
 using Isa = Portable;
@@ -199,22 +216,30 @@ inline bool same_view(const Strided &a, const Strided &b)
 using RowsFn = void (*)(const RopeCall &, char *, char *, const char *, const char *,
                         const int64_t *, ptrdiff_t);
 
+// Streaming stores exist on x86 only (every level there: SSE2's are baseline).
+constexpr bool kCanStream = ARRPOS_X86;
+
 // The row kernel for this instruction set level, element types and mode.
 template <class T, class Tc, bool Gather, bool Stream>
 RowsFn pick_rows(int level)
 {
-#if ARRPOS_HAVE_SIMD
+#if ARRPOS_X86
+#if ARRPOS_X86_BF16
     if constexpr (std::is_same<T, bf16>::value || std::is_same<Tc, bf16>::value) {
         if (level == 3)  // only bfloat16 gains from it
             return &isa_avx512bf16::rope_rows<T, Tc, Gather, Stream>;
     }
+#endif
     if (level >= 2)
         return &isa_avx512::rope_rows<T, Tc, Gather, Stream>;
     if (level == 1)
         return &isa_avx2::rope_rows<T, Tc, Gather, Stream>;
+#elif ARRPOS_NEON
+    if (level >= 1)
+        return &isa_neon::rope_rows<T, Tc, Gather, false>;
 #endif
     (void)level;
-    return &isa_portable::rope_rows<T, Tc, Gather, Stream>;
+    return &isa_portable::rope_rows<T, Tc, Gather, Stream && kCanStream>;
 }
 
 struct ApplyJob {
@@ -256,7 +281,7 @@ inline void apply_chunk(void *ctx, ptrdiff_t chunk)
         j.fn(j.call, ptr[OOUT], ptr[OX], c, s, (const int64_t *)ptr[OPOS], cnt);
         r += cnt;
     }
-#if ARRPOS_HAVE_SIMD
+#if ARRPOS_X86
     // streaming stores ordered before the chunk is reported done; once per chunk, not per
     // run of rows (a fence drains the write-combining buffers: ~8000 per 128 MiB cost 10%)
     if (j.stream)
@@ -359,7 +384,7 @@ int rope_apply(const ApplyArgs &a)
     if (plan.rows == 0 || D == 0)
         return OK;
     // streaming stores need 16-byte aligned rows and half rows
-    bool stream = a.stream && !inplace && ((uintptr_t)a.out.data % 16) == 0
+    bool stream = kCanStream && a.stream && !inplace && ((uintptr_t)a.out.data % 16) == 0
                   && ((a.interleaved ? R : R / 2) * it) % 16 == 0;
     for (int k = 0; k < plan.nax && stream; k++)
         stream = (plan.s[OOUT][k] * it) % 16 == 0;
@@ -392,14 +417,17 @@ using TableFn = void (*)(const TableJob &, ptrdiff_t, ptrdiff_t);
 template <class T, int Layout, bool Stream>
 TableFn pick_table_isa(int level)
 {
-#if ARRPOS_HAVE_SIMD
+#if ARRPOS_X86
     if (level >= 2)
         return &isa_avx512::table_rows<T, Layout, Stream>;
     if (level == 1)
         return &isa_avx2::table_rows<T, Layout, Stream>;
+#elif ARRPOS_NEON
+    if (level >= 1)
+        return &isa_neon::table_rows<T, Layout, false>;
 #endif
     (void)level;
-    return &isa_portable::table_rows<T, Layout, false>;  // no vector stores to stream
+    return &isa_portable::table_rows<T, Layout, Stream && kCanStream>;
 }
 
 template <class T, bool Stream>
@@ -420,7 +448,8 @@ template <class T>
 TableFn pick_table(const TableJob &job, int level)
 {
     const ptrdiff_t it = sizeof(T);
-    bool stream = job.stream && (uintptr_t)job.a % 16 == 0 && (uintptr_t)job.b % 16 == 0
+    bool stream = kCanStream && job.stream && (uintptr_t)job.a % 16 == 0
+                  && (uintptr_t)job.b % 16 == 0
                   && (job.lda * it) % 16 == 0 && (job.rot.nf * it) % 16 == 0;
     return stream ? pick_table_layout<T, true>(level, job.layout)
                   : pick_table_layout<T, false>(level, job.layout);
@@ -471,7 +500,7 @@ inline void stream_copy(char *dst, const char *src, ptrdiff_t n, int nthreads,
         for (ptrdiff_t k = lo; k < lo + len; k += step) {
             const char *s = c.period ? c.src : c.src + k;
             const ptrdiff_t m = lo + len - k < step ? lo + len - k : step;
-#if ARRPOS_HAVE_SIMD
+#if ARRPOS_X86
             if (c.level >= 2)
                 isa_avx512::copy_bytes(c.dst + k, s, m, true);
             else if (c.level == 1)
@@ -480,7 +509,7 @@ inline void stream_copy(char *dst, const char *src, ptrdiff_t n, int nthreads,
 #endif
                 isa_portable::copy_bytes(c.dst + k, s, m, true);
         }
-#if ARRPOS_HAVE_SIMD
+#if ARRPOS_X86
         _mm_sfence();
 #endif
     };

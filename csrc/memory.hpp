@@ -13,6 +13,9 @@
 #else
 #define ARRPOS_HAVE_MMAP 0
 #endif
+#if defined(_WIN32)
+#include <malloc.h>  // _aligned_malloc: neither MSVC's nor MinGW's C library has aligned_alloc
+#endif
 
 namespace arrpos {
 
@@ -35,6 +38,8 @@ inline void block_unmap(Block b)
 {
 #if ARRPOS_HAVE_MMAP
     munmap(b.ptr, b.size);
+#elif defined(_WIN32)
+    _aligned_free(b.ptr);
 #else
     std::free(b.ptr);
 #endif
@@ -68,6 +73,9 @@ inline Block block_alloc(size_t n)
     madvise(start, size, MADV_HUGEPAGE);
 #endif
     return Block{start, size};
+#elif defined(_WIN32)
+    void *p = _aligned_malloc(size, 64);
+    return Block{p, p ? size : 0};
 #else
     void *p = std::aligned_alloc(64, size);
     return Block{p, p ? size : 0};

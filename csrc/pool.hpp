@@ -8,7 +8,10 @@
 //   (another process on its core) costs nothing but the wake-up call.
 // * workers spin briefly after a job, then sleep, so an idle pool takes no CPU time.
 //
-// ARRPOS_NO_THREADS builds it single-threaded (every call runs on the caller).
+// ARRPOS_NO_THREADS builds it single-threaded (every call runs on the caller). The pool is
+// std::thread, std::mutex and std::condition_variable: pthreads are used only for the fork
+// handlers where fork exists, so Windows (MSVC, MinGW-w64 with its posix thread model) builds
+// it as it is.
 #ifndef ARRPOS_POOL_HPP
 #define ARRPOS_POOL_HPP
 #include <atomic>
@@ -20,6 +23,9 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+#if defined(_MSC_VER)
+#include <intrin.h>  // (_mm_pause, __yield)
+#endif
 #if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
 #include <pthread.h>
@@ -208,8 +214,14 @@ class Pool {
 
     static void cpu_relax()
     {
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
         __builtin_ia32_pause();
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+        _mm_pause();
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+        __asm__ __volatile__("yield");
+#elif defined(_MSC_VER) && defined(_M_ARM64)
+        __yield();
 #endif
     }
 

@@ -1,25 +1,77 @@
-// Explicit AVX-512 / AVX2 vectors, chosen at run time (no -march=native: wheels stay portable).
+// The instruction sets of the kernels, chosen at run time (no -march=native: wheels stay
+// portable): AVX2 and AVX-512 on x86-64 (GCC, Clang, MSVC), NEON on aarch64 (its baseline: no
+// check), and a portable level in plain C++ that the compiler vectorises for its target
+// (SSE2, NEON, VSX, z/Architecture, RVV...).
 //
 // Isa tags select a family of traits: Vec<Isa, T> loads storage type T into a register of its
 // compute type (widening 16-bit types exactly) and stores back (rounding once, to nearest even),
-// plain or streaming; Ops<Isa, C> is the arithmetic. Functions carry the target attribute of
-// their Isa, so this header compiles with the baseline flags. ARRPOS_SIMD_LEVEL (0 to 3) caps
-// the level, to test every path on one machine.
+// plain or streaming; Ops<Isa, C> is the arithmetic. x86 functions carry the target attribute
+// of their Isa, so this header compiles with the baseline flags. ARRPOS_SIMD_LEVEL caps the
+// level, to test every path on one machine: x86 0 portable, 1 AVX2, 2 AVX-512, 3 AVX-512 with
+// its bfloat16 conversion; aarch64 0 portable, 1 NEON. Every level gives the same bits.
 #ifndef ARRPOS_SIMD_HPP
 #define ARRPOS_SIMD_HPP
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include "types.hpp"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(ARRPOS_NO_SIMD)
-#define ARRPOS_HAVE_SIMD 1
-#include <immintrin.h>
-#define ARRPOS_T512 __attribute__((target("avx512f,avx2,fma,f16c")))
-#define ARRPOS_T256 __attribute__((target("avx2,fma,f16c")))
-#define ARRPOS_I512 ARRPOS_T512 __attribute__((always_inline)) static inline
-#define ARRPOS_I256 ARRPOS_T256 __attribute__((always_inline)) static inline
+// ---- compilers ------------------------------------------------------------------------------
+#if defined(__GNUC__) || defined(__clang__)  // (clang-cl too)
+#define ARRPOS_GNU 1
+#define ARRPOS_ALWAYS inline __attribute__((always_inline))
+#define ARRPOS_NOINLINE __attribute__((noinline))
+#define ARRPOS_TARGET(s) __attribute__((target(s)))
+#define ARRPOS_UNLIKELY(c) __builtin_expect(!!(c), 0)
+#define ARRPOS_ALIGNED(p, n) __builtin_assume_aligned(p, n)
+#elif defined(_MSC_VER)
+#define ARRPOS_GNU 0
+#define ARRPOS_ALWAYS __forceinline
+#define ARRPOS_NOINLINE __declspec(noinline)
+#define ARRPOS_TARGET(s)  // MSVC compiles every intrinsic without flags
+#define ARRPOS_UNLIKELY(c) (c)
+#define ARRPOS_ALIGNED(p, n) (p)
 #else
-#define ARRPOS_HAVE_SIMD 0
+#define ARRPOS_GNU 0
+#define ARRPOS_ALWAYS inline
+#define ARRPOS_NOINLINE
+#define ARRPOS_TARGET(s)
+#define ARRPOS_UNLIKELY(c) (c)
+#define ARRPOS_ALIGNED(p, n) (p)
+#endif
+// For the table row pieces: GCC otherwise keeps some layouts' as calls, their vector registers
+// passed through memory (a third of the one-thread time of RoPE interleaved tables)
+#define ARRPOS_INLINE ARRPOS_ALWAYS
+
+#if !defined(ARRPOS_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64)) \
+    && (ARRPOS_GNU || defined(_MSC_VER))
+#define ARRPOS_X86 1
+#else
+#define ARRPOS_X86 0
+#endif
+// AVX-512-BF16 (level 3) with GCC and Clang only: its intrinsics came late to MSVC
+#define ARRPOS_X86_BF16 (ARRPOS_X86 && ARRPOS_GNU)
+#if !defined(ARRPOS_NO_SIMD) && defined(__aarch64__) && ARRPOS_GNU && !defined(__ARM_BIG_ENDIAN)
+#define ARRPOS_NEON 1
+#else
+#define ARRPOS_NEON 0
+#endif
+
+#if ARRPOS_X86
+#include <immintrin.h>
+#if ARRPOS_GNU
+#include <cpuid.h>
+#else
+#include <intrin.h>
+#endif
+#define ARRPOS_T512 ARRPOS_TARGET("avx512f,avx2,fma,f16c")
+#define ARRPOS_T256 ARRPOS_TARGET("avx2,fma,f16c")
+#define ARRPOS_I512 ARRPOS_T512 ARRPOS_ALWAYS static
+#define ARRPOS_I256 ARRPOS_T256 ARRPOS_ALWAYS static
+#endif
+#if ARRPOS_NEON
+#include <arm_neon.h>
+#define ARRPOS_IN ARRPOS_ALWAYS static
 #endif
 
 namespace arrpos {
@@ -28,35 +80,139 @@ struct Portable {};
 struct Avx2 {};
 struct Avx512 {};
 struct Avx512Bf16 {};  // AVX-512 plus its bfloat16 conversion (Cooper Lake, Zen 4, Sapphire Rapids)
+struct Neon {};
 
-// 3: AVX-512F with AVX512_BF16 (and DQ), 2: AVX-512F, 1: AVX2 with F16C, 0: portable C++.
-inline int simd_level()
+#if ARRPOS_X86
+// What the CPU and the OS offer, from CPUID and XGETBV (the OS saves the AVX / AVX-512
+// registers), with no compiler built-in: the same code under GCC, Clang and MSVC.
+struct X86Features {
+    bool avx2 = false, fma = false, f16c = false, avx512f = false, avx512dq = false,
+         avx512bf16 = false;
+};
+
+inline void x86_cpuid(unsigned leaf, unsigned sub, unsigned r[4])
+{
+#if ARRPOS_GNU
+    __cpuid_count(leaf, sub, r[0], r[1], r[2], r[3]);
+#else
+    int v[4];
+    __cpuidex(v, (int)leaf, (int)sub);
+    for (int k = 0; k < 4; k++)
+        r[k] = (unsigned)v[k];
+#endif
+}
+
+inline unsigned long long x86_xcr0()
+{
+#if ARRPOS_GNU
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+#else
+    return _xgetbv(0);
+#endif
+}
+
+inline X86Features x86_features()
+{
+    X86Features f;
+    unsigned r[4];
+    x86_cpuid(0, 0, r);
+    const unsigned max_leaf = r[0];
+    if (max_leaf < 7)
+        return f;
+    x86_cpuid(1, 0, r);
+    const bool osxsave = r[2] >> 27 & 1, avx = r[2] >> 28 & 1;
+    if (!osxsave || !avx)
+        return f;
+    const unsigned long long xcr0 = x86_xcr0();
+    if ((xcr0 & 0x6) != 0x6)  // XMM and YMM state
+        return f;
+    f.fma = r[2] >> 12 & 1;
+    f.f16c = r[2] >> 29 & 1;
+    x86_cpuid(7, 0, r);
+    const unsigned max_sub = r[0];
+    f.avx2 = r[1] >> 5 & 1;
+    if ((xcr0 & 0xe6) == 0xe6) {  // and opmask, ZMM_Hi256, Hi16_ZMM state
+        f.avx512f = r[1] >> 16 & 1;
+        f.avx512dq = r[1] >> 17 & 1;
+        if (max_sub >= 1) {
+            x86_cpuid(7, 1, r);
+            f.avx512bf16 = r[0] >> 5 & 1;
+        }
+    }
+    return f;
+}
+#endif
+
+// The best level this CPU runs: x86 3 AVX-512F with AVX512_BF16 (and DQ), 2 AVX-512F, 1 AVX2
+// with FMA and F16C; aarch64 1 NEON; 0 portable C++.
+inline int cpu_level()
+{
+#if ARRPOS_X86
+    const X86Features f = x86_features();
+    if (!(f.avx2 && f.fma && f.f16c))
+        return 0;
+    if (!f.avx512f)
+        return 1;
+    return ARRPOS_X86_BF16 && f.avx512bf16 && f.avx512dq ? 3 : 2;
+#elif ARRPOS_NEON
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+inline int &simd_level_slot()
 {
     static int level = -1;
+    return level;
+}
+
+// The level the kernels run: the CPU's, capped by ARRPOS_SIMD_LEVEL (read once).
+inline int simd_level()
+{
+    int &level = simd_level_slot();
     if (level < 0) {
-        int lvl = 0;
-#if ARRPOS_HAVE_SIMD
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")
-            && __builtin_cpu_supports("fma"))
-            lvl = !__builtin_cpu_supports("avx512f") ? 1
-              : __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512dq") ? 3
-                                                                                          : 2;
-#endif
+        int lvl = cpu_level();
         const char *cap = std::getenv("ARRPOS_SIMD_LEVEL");
-        if (cap && cap[0] >= '0' && cap[0] <= '3' && cap[0] - '0' < lvl)
+        if (cap && cap[0] >= '0' && cap[0] <= '9' && cap[0] - '0' < lvl)
             lvl = cap[0] - '0';
         level = lvl;
     }
     return level;
 }
 
+// Run at another level from now on (at most the CPU's; the test driver's way to compare every
+// level in one process). Not for use while kernels run on other threads.
+inline int set_simd_level(int lvl)
+{
+    const int top = cpu_level();
+    simd_level_slot() = lvl < 0 ? 0 : lvl > top ? top : lvl;
+    return simd_level_slot();
+}
+
+// The name of a level of this build's architecture, as `arrpos info` prints it.
+inline const char *simd_level_name(int lvl)
+{
+#if ARRPOS_X86
+    static const char *const names[4] = {"portable", "avx2", "avx512", "avx512-bf16"};
+    return lvl >= 0 && lvl < 4 ? names[lvl] : "unknown";
+#elif ARRPOS_NEON
+    return lvl == 1 ? "neon" : lvl == 0 ? "portable" : "unknown";
+#else
+    return lvl == 0 ? "portable" : "unknown";
+#endif
+}
+
 template <class Isa, class C> struct Ops;
 template <class Isa, class T> struct Vec;
 template <class Isa, class T> struct Exact;  // below: float64 vectors rounded once to T
-template <class Isa, class T, class Tc> struct Out;  // below: the apply kernels' stores
+// The apply kernels' stores: Vec<Isa, T>'s, except where results of tables of type Tc need
+// other (bfloat16 of float32 tables: see the x86 and NEON specialisations)
+template <class Isa, class T, class Tc> struct Out : Vec<Isa, T> {};
 
-#if ARRPOS_HAVE_SIMD
+#if ARRPOS_X86
 // ---- AVX-512 -------------------------------------------------------------------------------
 // GCC 12's unmasked AVX-512 intrinsics pass an `_mm512_undefined_*()` (a variable initialised
 // from itself) as the merge source they never use, and -Wmaybe-uninitialized then fires at
@@ -141,9 +297,6 @@ template <> struct Ops<Avx512, double> {
     ARRPOS_I512 R mul(R a, R b) { return _mm512_mul_pd(a, b); }
     ARRPOS_I512 R add(R a, R b) { return _mm512_add_pd(a, b); }
     ARRPOS_I512 R sub(R a, R b) { return _mm512_sub_pd(a, b); }
-    // a b + c and a b - c, rounded once
-    ARRPOS_I512 R fmadd(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }
-    ARRPOS_I512 R fmsub(R a, R b, R c) { return _mm512_fmsub_pd(a, b, c); }
     ARRPOS_I512 R swap_pairs(R a) { return z512::permute_pd<0x55>(a); }
     ARRPOS_I512 R alt() { return _mm512_set_pd(1, -1, 1, -1, 1, -1, 1, -1); }
     ARRPOS_I512 R dup_low(R a)
@@ -256,24 +409,28 @@ template <> struct Vec<Avx512, bf16> : Ops<Avx512, float> {
 };
 
 // ---- AVX-512 with AVX512_BF16: one instruction rounds float32 to bfloat16 (RNE) -------------
-#define ARRPOS_IBF16 __attribute__((target("avx512f,avx512dq,avx512bf16,avx2,fma,f16c"), \
-                                    always_inline)) static inline
+#define ARRPOS_IBF16 ARRPOS_TARGET("avx512f,avx512dq,avx512bf16,avx2,fma,f16c") ARRPOS_ALWAYS static
 template <class C> struct Ops<Avx512Bf16, C> : Ops<Avx512, C> {};
 template <class T> struct Vec<Avx512Bf16, T> : Vec<Avx512, T> {};
+#if ARRPOS_X86_BF16
 template <> struct Vec<Avx512Bf16, bf16> : Vec<Avx512, bf16> {
     // VCVTNEPS2BF16 treats float32 subnormals as zero (in and out), where rounding gives a
     // bfloat16 subnormal: a vector with such a lane (rare) is rounded on the bits instead.
     // (VFPCLASSPS finds them in one instruction; an integer test of the lanes cost more.)
     ARRPOS_IBF16 __m256i narrow(R v)
     {
-        if (__builtin_expect(_mm512_fpclass_ps_mask(v, 0x20) != 0, 0))  // 0x20: subnormal
+        if (ARRPOS_UNLIKELY(_mm512_fpclass_ps_mask(v, 0x20) != 0))  // 0x20: subnormal
             return Vec<Avx512, bf16>::narrow_nan(v);
-        return (__m256i)_mm512_cvtneps_pbh(v);
+        const __m256bh h = _mm512_cvtneps_pbh(v);
+        __m256i r;  // (the bits as they are: a C cast between vector types is GNU's)
+        std::memcpy(&r, &h, sizeof r);
+        return r;
     }
     ARRPOS_IBF16 void store(bf16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow(v)); }
     ARRPOS_IBF16 void stream(bf16 *p, R v) { stream_bytes32(p, narrow(v)); }
     ARRPOS_IBF16 U bits(R v) { return narrow(v); }
 };
+#endif
 
 // ---- AVX2 ----------------------------------------------------------------------------------
 template <> struct Ops<Avx2, float> {
@@ -305,8 +462,6 @@ template <> struct Ops<Avx2, double> {
     ARRPOS_I256 R mul(R a, R b) { return _mm256_mul_pd(a, b); }
     ARRPOS_I256 R add(R a, R b) { return _mm256_add_pd(a, b); }
     ARRPOS_I256 R sub(R a, R b) { return _mm256_sub_pd(a, b); }
-    ARRPOS_I256 R fmadd(R a, R b, R c) { return _mm256_fmadd_pd(a, b, c); }
-    ARRPOS_I256 R fmsub(R a, R b, R c) { return _mm256_fmsub_pd(a, b, c); }
     ARRPOS_I256 R swap_pairs(R a) { return _mm256_permute_pd(a, 0x5); }
     ARRPOS_I256 R alt() { return _mm256_set_pd(1, -1, 1, -1); }
     ARRPOS_I256 R dup_low(R a) { return _mm256_permute4x64_pd(a, 0x50); }
@@ -393,7 +548,6 @@ template <> struct Vec<Avx2, bf16> : Ops<Avx2, float> {
 // bfloat16 result of float32 tables may be a NaN with payload bits below bfloat16's (from a
 // table's NaN): those stores round with narrow_nan. Results of bfloat16 operands never carry
 // such bits (their NaNs are widened bfloat16 NaNs or the default NaN): the shorter narrow.
-template <class Isa, class T, class Tc> struct Out : Vec<Isa, T> {};
 template <> struct Out<Avx512, bf16, float> : Vec<Avx512, bf16> {
     ARRPOS_I512 void store(bf16 *p, R v) { _mm256_storeu_si256((__m256i *)p, narrow_nan(v)); }
     ARRPOS_I512 void stream(bf16 *p, R v) { stream_bytes32(p, narrow_nan(v)); }
@@ -552,6 +706,135 @@ template <> struct Exact<Avx2, f16> : PackThenZipAvx2<f16, Exact<Avx2, f16>> {
     }
 };
 template <> struct Exact<Avx2, bf16> : Exact<Avx2, f16> {};
+#endif
+
+#if ARRPOS_NEON
+// ---- NEON (aarch64) --------------------------------------------------------------------------
+// Plain IEEE arithmetic (the FPCR's round to nearest even; subnormals kept, as Linux, macOS and
+// Windows set it), float16 by FCVTL / FCVTN, bfloat16 by integer shifts rounding to nearest
+// even as the x86 levels do, float64 -> float32 rounded to odd by FCVTXN. Ordinary stores only:
+// ARM has no non-temporal stores in the x86 sense (STNP is a hint some cores ignore), so the
+// kernels never pick a streaming variant here.
+template <> struct Ops<Neon, float> {
+    using R = float32x4_t;
+    static constexpr int W = 4;
+    ARRPOS_IN R set1(float v) { return vdupq_n_f32(v); }
+    ARRPOS_IN R mul(R a, R b) { return vmulq_f32(a, b); }
+    ARRPOS_IN R add(R a, R b) { return vaddq_f32(a, b); }
+    ARRPOS_IN R sub(R a, R b) { return vsubq_f32(a, b); }
+    ARRPOS_IN R swap_pairs(R a) { return vrev64q_f32(a); }
+    ARRPOS_IN R alt()  // -1, +1, -1, +1
+    {
+        return vreinterpretq_f32_u64(vdupq_n_u64(0x3f800000bf800000ULL));
+    }
+    ARRPOS_IN R dup_low(R a) { return vzip1q_f32(a, a); }  // a0 a0 a1 a1
+    ARRPOS_IN R zip_lo(R a, R b) { return vzip1q_f32(a, b); }
+    ARRPOS_IN R zip_hi(R a, R b) { return vzip2q_f32(a, b); }
+};
+template <> struct Ops<Neon, double> {
+    using R = float64x2_t;
+    static constexpr int W = 2;
+    ARRPOS_IN R set1(double v) { return vdupq_n_f64(v); }
+    ARRPOS_IN R mul(R a, R b) { return vmulq_f64(a, b); }
+    ARRPOS_IN R add(R a, R b) { return vaddq_f64(a, b); }
+    ARRPOS_IN R sub(R a, R b) { return vsubq_f64(a, b); }
+    ARRPOS_IN R swap_pairs(R a) { return vextq_f64(a, a, 1); }
+    ARRPOS_IN R alt() { return vcombine_f64(vdup_n_f64(-1.0), vdup_n_f64(1.0)); }
+    ARRPOS_IN R dup_low(R a) { return vdupq_laneq_f64(a, 0); }
+    ARRPOS_IN R zip_lo(R a, R b) { return vzip1q_f64(a, b); }
+    ARRPOS_IN R zip_hi(R a, R b) { return vzip2q_f64(a, b); }
+};
+
+template <> struct Vec<Neon, float> : Ops<Neon, float> {
+    ARRPOS_IN R load(const float *p) { return vld1q_f32(p); }
+    ARRPOS_IN R load_half(const float *p) { return vcombine_f32(vld1_f32(p), vdup_n_f32(0.f)); }
+    ARRPOS_IN void store(float *p, R v) { vst1q_f32(p, v); }
+    ARRPOS_IN void stream(float *p, R v) { store(p, v); }
+};
+template <> struct Vec<Neon, double> : Ops<Neon, double> {
+    ARRPOS_IN R load(const double *p) { return vld1q_f64(p); }
+    ARRPOS_IN R load_half(const double *p) { return vcombine_f64(vld1_f64(p), vdup_n_f64(0.)); }
+    ARRPOS_IN void store(double *p, R v) { vst1q_f64(p, v); }
+    ARRPOS_IN void stream(double *p, R v) { store(p, v); }
+};
+template <> struct Vec<Neon, f16> : Ops<Neon, float> {
+    ARRPOS_IN R widen(uint16x4_t h) { return vcvt_f32_f16(vreinterpret_f16_u16(h)); }
+    ARRPOS_IN R load(const f16 *p) { return widen(vld1_u16((const uint16_t *)p)); }
+    ARRPOS_IN R load_half(const f16 *p)
+    {
+        uint32_t two;
+        std::memcpy(&two, p, 4);
+        return widen(vreinterpret_u16_u32(vdup_n_u32(two)));
+    }
+    ARRPOS_IN uint16x4_t narrow(R v) { return vreinterpret_u16_f16(vcvt_f16_f32(v)); }
+    ARRPOS_IN void store(f16 *p, R v) { vst1_u16((uint16_t *)p, narrow(v)); }
+    ARRPOS_IN void stream(f16 *p, R v) { store(p, v); }
+};
+template <> struct Vec<Neon, bf16> : Ops<Neon, float> {
+    ARRPOS_IN R widen(uint16x4_t h) { return vreinterpretq_f32_u32(vshll_n_u16(h, 16)); }
+    ARRPOS_IN R load(const bf16 *p) { return widen(vld1_u16((const uint16_t *)p)); }
+    ARRPOS_IN R load_half(const bf16 *p)
+    {
+        uint32_t two;
+        std::memcpy(&two, p, 4);
+        return widen(vreinterpret_u16_u32(vdup_n_u32(two)));
+    }
+    ARRPOS_IN uint32x4_t round(uint32x4_t u)  // the bits rounded to nearest even at bit 16
+    {
+        uint32x4_t odd = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+        return vaddq_u32(u, vaddq_u32(odd, vdupq_n_u32(0x7fff)));
+    }
+    // round to nearest even on the bits: right for every value whose NaNs have no bits below
+    // bfloat16's (all that bfloat16 operands give; else narrow_nan, see Out)
+    ARRPOS_IN uint16x4_t narrow(R v) { return vshrn_n_u32(round(vreinterpretq_u32_f32(v)), 16); }
+    // as Vec<Avx2, bf16>'s: a NaN's bits below bfloat16's cleared first, so that nothing
+    // carries out of them (a computed NaN is quiet already)
+    ARRPOS_IN uint16x4_t narrow_nan(R v)
+    {
+        uint32x4_t nan = vmvnq_u32(vceqq_f32(v, v));
+        uint32x4_t u = vbicq_u32(vreinterpretq_u32_f32(v), vshrq_n_u32(nan, 16));
+        return vshrn_n_u32(round(u), 16);
+    }
+    ARRPOS_IN void store(bf16 *p, R v) { vst1_u16((uint16_t *)p, narrow(v)); }
+    ARRPOS_IN void stream(bf16 *p, R v) { store(p, v); }
+};
+template <> struct Out<Neon, bf16, float> : Vec<Neon, bf16> {
+    ARRPOS_IN void store(bf16 *p, R v) { vst1_u16((uint16_t *)p, narrow_nan(v)); }
+    ARRPOS_IN void stream(bf16 *p, R v) { store(p, v); }
+};
+
+template <class T, class X>  // X: the Exact below
+struct PackThenZipNeon {
+    template <class D, class R>
+    ARRPOS_IN void zip(const D *a, const D *b, R &lo, R &hi)
+    {
+        R pa = X::pack(a), pb = X::pack(b);
+        lo = Vec<Neon, T>::zip_lo(pa, pb);
+        hi = Vec<Neon, T>::zip_hi(pa, pb);
+    }
+};
+template <> struct Exact<Neon, double> : PackThenZipNeon<double, Exact<Neon, double>> {
+    static constexpr int N = 1;
+    ARRPOS_IN float64x2_t pack(const float64x2_t *v) { return v[0]; }
+};
+template <> struct Exact<Neon, float> : PackThenZipNeon<float, Exact<Neon, float>> {
+    static constexpr int N = 2;
+    ARRPOS_IN float32x4_t pack(const float64x2_t *v)  // FCVTN, FCVTN2: nearest even
+    {
+        return vcvt_high_f32_f64(vcvt_f32_f64(v[0]), v[1]);
+    }
+};
+template <> struct Exact<Neon, f16> : PackThenZipNeon<f16, Exact<Neon, f16>> {
+    static constexpr int N = 2;
+    ARRPOS_IN float32x4_t pack(const float64x2_t *v)  // FCVTXN, FCVTXN2: round to odd
+    {
+        return vcvtx_high_f32_f64(vcvtx_f32_f64(v[0]), v[1]);
+    }
+};
+template <> struct Exact<Neon, bf16> : PackThenZipNeon<bf16, Exact<Neon, bf16>> {
+    static constexpr int N = 2;
+    ARRPOS_IN float32x4_t pack(const float64x2_t *v) { return Exact<Neon, f16>::pack(v); }
+};
 #endif
 
 }  // namespace arrpos
