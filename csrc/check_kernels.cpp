@@ -70,12 +70,22 @@ template <> struct Info<double> {
 };
 template <> struct Info<f16> {
     static const char *name() { return "f16"; }
-    static bool isnan(const void *p) { uint16_t b; std::memcpy(&b, p, 2); return (b & 0x7fff) > 0x7c00; }
+    static bool isnan(const void *p)
+    {
+        uint16_t b;
+        std::memcpy(&b, p, 2);
+        return (b & 0x7fff) > 0x7c00;
+    }
     static double value(const void *p) { f16 h; std::memcpy(&h, p, 2); return widen(h); }
 };
 template <> struct Info<bf16> {
     static const char *name() { return "bf16"; }
-    static bool isnan(const void *p) { uint16_t b; std::memcpy(&b, p, 2); return (b & 0x7fff) > 0x7f80; }
+    static bool isnan(const void *p)
+    {
+        uint16_t b;
+        std::memcpy(&b, p, 2);
+        return (b & 0x7fff) > 0x7f80;
+    }
     static double value(const void *p) { bf16 h; std::memcpy(&h, p, 2); return widen(h); }
 };
 
@@ -101,7 +111,8 @@ template <class T> void wild(Rng &rng, T *p, ptrdiff_t n)
         if (kind == 3) v = NAN;
         p[i] = from_double<T>(v);
         if (std::is_same<T, float>::value && kind == 4) {  // any NaN payload, either sign
-            uint32_t u = (0x7f800001u + (uint32_t)rng.below(0x7fffff)) | (uint32_t)(rng.next() & 1) << 31;
+            uint32_t u = (0x7f800001u + (uint32_t)rng.below(0x7fffff))
+                         | (uint32_t)(rng.next() & 1) << 31;
             std::memcpy((char *)(p + i), &u, 4);
         }
     }
@@ -271,18 +282,18 @@ void apply_suite(Rng &rng, bool quick)
             const ptrdiff_t D = R + extra;
             for (int mode = 0; mode < 4; mode++) {
                 const bool inter = mode & 1, inv = mode & 2;
+                const std::string tail = " R=" + std::to_string(R) + " D=" + std::to_string(D)
+                                         + (inter ? " interleaved" : " half")
+                                         + (inv ? " inverse" : "");
                 // rows with their own tables, odd count
                 check_apply<T, Tc>(rng, {{37, D}, {37, R}, {}, false, inter, inv},
-                                   "apply rows R=" + std::to_string(R) + " D=" + std::to_string(D)
-                                       + (inter ? " interleaved" : " half") + (inv ? " inverse" : ""));
+                                   "apply rows" + tail);
                 // (batch, seq, heads, D) against tables (seq, 1, R): broadcast over heads
                 check_apply<T, Tc>(rng, {{2, 5, 3, D}, {5, 1, R}, {}, false, inter, inv},
-                                   "apply broadcast R=" + std::to_string(R) + " D=" + std::to_string(D)
-                                       + (inter ? " interleaved" : " half") + (inv ? " inverse" : ""));
+                                   "apply broadcast" + tail);
                 // gathered from caches (11, R/2), ids per (batch, seq), broadcast over heads
                 check_apply<T, Tc>(rng, {{2, 5, 3, D}, {11, R / 2}, {2, 5, 1}, true, inter, inv},
-                                   "apply_cached R=" + std::to_string(R) + " D=" + std::to_string(D)
-                                       + (inter ? " interleaved" : " half") + (inv ? " inverse" : ""));
+                                   "apply_cached" + tail);
                 if (quick && extra)
                     break;
             }
@@ -655,8 +666,10 @@ int main(int argc, char **argv)
     {  // the CPUID reading (also MSVC's) against GCC's own
         __builtin_cpu_init();
         const X86Features f = x86_features();
-        const bool gcc[6] = {(bool)__builtin_cpu_supports("avx2"), (bool)__builtin_cpu_supports("fma"),
-                             (bool)__builtin_cpu_supports("f16c"), (bool)__builtin_cpu_supports("avx512f"),
+        const bool gcc[6] = {(bool)__builtin_cpu_supports("avx2"),
+                             (bool)__builtin_cpu_supports("fma"),
+                             (bool)__builtin_cpu_supports("f16c"),
+                             (bool)__builtin_cpu_supports("avx512f"),
                              (bool)__builtin_cpu_supports("avx512dq"),
                              (bool)__builtin_cpu_supports("avx512bf16")};
         const bool ours[6] = {f.avx2, f.fma, f.f16c, f.avx512f, f.avx512dq, f.avx512bf16};

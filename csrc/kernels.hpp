@@ -52,12 +52,12 @@ struct TableJob {
 // Each x86 instruction set's copy of the row kernels is compiled for its target: GCC by a
 // pragma, Clang by an attribute on every function of the copy; MSVC needs neither.
 #if ARRPOS_X86 && defined(__clang__)
-#define ARRPOS_PUSH_AVX512 \
-    _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx2,fma,f16c\"))), apply_to = function)")
-#define ARRPOS_PUSH_AVX512BF16 \
-    _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512dq,avx512bf16,avx2,fma,f16c\"))), apply_to = function)")
-#define ARRPOS_PUSH_AVX2 \
-    _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c\"))), apply_to = function)")
+#define ARRPOS_PRAGMA(...) _Pragma(#__VA_ARGS__)
+#define ARRPOS_CLANG_PUSH(t) \
+    ARRPOS_PRAGMA(clang attribute push(__attribute__((target(t))), apply_to = function))
+#define ARRPOS_PUSH_AVX512 ARRPOS_CLANG_PUSH("avx512f,avx2,fma,f16c")
+#define ARRPOS_PUSH_AVX512BF16 ARRPOS_CLANG_PUSH("avx512f,avx512dq,avx512bf16,avx2,fma,f16c")
+#define ARRPOS_PUSH_AVX2 ARRPOS_CLANG_PUSH("avx2,fma,f16c")
 #define ARRPOS_POP _Pragma("clang attribute pop")
 #elif ARRPOS_X86 && defined(__GNUC__)
 #define ARRPOS_PUSH_AVX512 \
