@@ -84,8 +84,19 @@ def _extension() -> dict[str, Any]:
         if tree is not None:  # the sources of a checkout, imported instead of an install
             info.update(source_tree=tree[0], installed_with_kernels=tree[1])
     else:
-        info.update(built=True, **_dispatch.compiled_threads())
+        info.update(built=True, **_dispatch.compiled_threads(), simd_level=_simd_level())
     return info
+
+
+def _simd_level() -> str:
+    """The instruction set the compiled kernels run: "avx512-bf16", "avx512", "avx2", "neon" or
+    "portable" (csrc/simd.hpp; ARRPOS_SIMD_LEVEL caps it)."""
+    try:
+        from ._backends import _cpu
+
+        return str(_cpu.instruction_set_name())
+    except (ImportError, AttributeError):  # (an extension built before the name existed)
+        return "unknown"
 
 
 # Run in a child process: importing CuPy is slow and a broken driver may crash or hang it; the
@@ -182,6 +193,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
         f"arrpos {info['arrpos']}  ({info['location']})",
         f"python {info['python']} on {info['platform']}, {info['cpu_count']} CPU cores",
         f"compiled CPU kernels: {ext_line}",
+        *([f"SIMD level: {ext['simd_level']} (ARRPOS_SIMD_LEVEL caps it)"]
+          if ext["built"] else []),
         f"ARRPOS_NO_EXTENSIONS: {env_line}",
         "backends:",
     ]

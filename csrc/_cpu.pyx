@@ -76,6 +76,8 @@ cdef extern from "kernels.hpp" namespace "arrpos":
     void cpp_stream_copy "arrpos::stream_copy"(char *dst, const char *src, Py_ssize_t n,
                                                int nthreads, Py_ssize_t period) noexcept nogil
     int simd_level() noexcept nogil
+    const char *simd_level_name(int level) noexcept nogil
+    int set_simd_level(int level) noexcept nogil
 
 cdef extern from "memory.hpp" namespace "arrpos":
     cdef struct Block:
@@ -111,6 +113,19 @@ def instruction_set():
     2 AVX-512, 1 AVX2, 0 portable (ARRPOS_SIMD_LEVEL caps it). Every level gives the same
     bits."""
     return simd_level()
+
+
+def instruction_set_name():
+    """The name of the level the kernels run, as ``arrpos info`` prints it: "avx512-bf16",
+    "avx512", "avx2" (x86-64), "neon" (aarch64) or "portable"."""
+    return simd_level_name(simd_level()).decode()
+
+
+def set_instruction_set(int level):
+    """Run the kernels at ``level`` from now on (at most this CPU's; returns the level set):
+    benchmarks/bench_simd.py times the levels in one process. Not while kernels run on other
+    threads."""
+    return set_simd_level(level)
 
 
 cdef inline bint _bounds(object obj, char **lo, char **hi) noexcept:

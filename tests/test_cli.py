@@ -100,7 +100,26 @@ def test_info_text():
     built, _ = _dispatch.compiled_available()
     if built:
         assert "compiled CPU kernels: built" in out
+        from arrpos._backends import _cpu
+
+        assert f"SIMD level: {_cpu.instruction_set_name()} (ARRPOS_SIMD_LEVEL" in out
     assert "GPU:" in out
+
+
+def test_info_names_the_simd_level_and_its_cap():
+    """The level the kernels run, by name; ARRPOS_SIMD_LEVEL=0 caps it at the portable level."""
+    if not _dispatch.compiled_available(ignore_switch=True)[0]:
+        pytest.skip("compiled kernels not built")
+    import platform
+
+    names = {"x86_64": {"avx512-bf16", "avx512", "avx2", "portable"},
+             "AMD64": {"avx512-bf16", "avx512", "avx2", "portable"},
+             "aarch64": {"neon"}, "arm64": {"neon"}}
+    info = json.loads(run_cli("info", "--json", env={"ARRPOS_NO_EXTENSIONS": ""}).stdout)
+    assert info["extension"]["simd_level"] in names.get(platform.machine(), {"portable"})
+    capped = run_cli("info", "--json", env={"ARRPOS_NO_EXTENSIONS": "", "ARRPOS_SIMD_LEVEL": "0"})
+    assert json.loads(capped.stdout)["extension"]["simd_level"] == "portable"
+    assert "SIMD level: portable" in run_cli("info", env={"ARRPOS_SIMD_LEVEL": "0"}).stdout
 
 
 def test_info_json_matches_environment():
@@ -116,7 +135,8 @@ def test_info_json_matches_environment():
     else:
         # the threading keys are _dispatch's ("thread_pool": built with the kernels' own pool)
         assert info["extension"] == {"disabled": False, "built": True,
-                                     **_dispatch.compiled_threads()}
+                                     **_dispatch.compiled_threads(),
+                                     "simd_level": _cpu.instruction_set_name()}
         assert info["extension"]["threads"] == _cpu.max_threads()
     try:
         import torch

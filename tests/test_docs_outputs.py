@@ -72,6 +72,7 @@ def normalise(text):
     for line in text.strip("\n").splitlines():
         line = line.rstrip()
         line = re.sub(r"^GPU: .*", "GPU: <gpu>", line)  # the devices of this machine
+        line = re.sub(r"^SIMD level: [\w-]+", "SIMD level: <simd>", line)  # this CPU's
         line = re.sub(r"\((?:/|[A-Za-z]:\\)[^)]*\)", "(<path>)", line)
         line = re.sub(r"(?<![\w.])/[\w./+-]+", "<path>", line)
         line = re.sub(r"\bon (?:Linux|Darwin|Windows|FreeBSD) [\w-]+,", "on <platform>,", line)
