@@ -57,16 +57,27 @@ def _extensions(ext):
 
 
 def _flags():
-    if sys.platform == "win32":
-        return ["/O2", "/std:c++17", "/DARRPOS_NO_THREADS"]
-    flags = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-math-errno"]
+    """Compiler flags. The same kernels everywhere (docs/platforms.md): GCC/Clang on Linux and
+    macOS, MSVC on Windows (its /fp:precise contracts nothing into FMA, as -ffp-contract=off
+    here; the thread pool is std::thread, so Windows builds are threaded too). No -march: the
+    x86 AVX2/AVX-512 levels carry their own target attributes and are picked at run time;
+    aarch64 gets NEON, its baseline; other CPUs the portable level, vectorised by -O3 (MSVC:
+    /O2). ARRPOS_NO_SIMD=1 builds the portable level alone."""
+    msvc = sys.platform == "win32"
+    if msvc:
+        flags = ["/O2", "/std:c++17", "/fp:precise"]
+    else:
+        flags = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-math-errno"]
+    define = (lambda name: "/D" + name) if msvc else (lambda name: "-D" + name)
     if os.environ.get("ARRPOS_NO_OPENMP"):
         print("arrpos: WARNING: ARRPOS_NO_OPENMP is deprecated (the kernels use their own thread "
               "pool, not OpenMP): set ARRPOS_NO_THREADS=1", file=sys.stderr)
     if os.environ.get("ARRPOS_NO_THREADS") or os.environ.get("ARRPOS_NO_OPENMP"):
-        flags.append("-DARRPOS_NO_THREADS")
-    else:
+        flags.append(define("ARRPOS_NO_THREADS"))
+    elif not msvc:
         flags.append("-pthread")
+    if os.environ.get("ARRPOS_NO_SIMD", "") not in ("", "0"):
+        flags.append(define("ARRPOS_NO_SIMD"))
     return flags
 
 
