@@ -34,7 +34,7 @@ inline void put(char *dst, const char *src, ptrdiff_t n, bool stream)
         std::memcpy(dst, src, (size_t)n);
         return;
     }
-#if ARRPOS_HAVE_SIMD
+#if ARRPOS_X86  // (SSE2 streaming stores on every x86-64 level)
     const int level = simd_level();
     if (level >= 2)
         isa_avx512::copy_bytes(dst, src, n, true);
@@ -48,7 +48,7 @@ inline void put(char *dst, const char *src, ptrdiff_t n, bool stream)
 // Streaming stores ordered before a chunk is reported done.
 inline void fence(bool stream)
 {
-#if ARRPOS_HAVE_SIMD
+#if ARRPOS_X86  // (SSE2 streaming stores on every x86-64 level)
     if (stream)
         _mm_sfence();
 #else
