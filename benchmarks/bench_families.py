@@ -1,4 +1,4 @@
-"""ALiBi and the relative-bias gather: the compiled kernels (through the public functions)
+"""ALiBi, the relative-bias gather and the T5 / DeBERTa buckets: the compiled kernels (through the public functions)
 against the write limit of the same output and the code users run today (BLOOM's
 ``build_alibi_tensor``, T5's ``compute_bias`` in transformers, the NumPy formula), at the
 kernels' threads and at one thread (torch held to the same count), in one interleaved run."""
@@ -15,6 +15,7 @@ ALIBI = (32, 2048, 2048)  # heads, queries, keys: 512 MiB of float32
 ALIBI_QUICK = (32, 1024, 512)  # 64 MiB
 MASK = (8, 32, 4096)  # batch, heads, keys (BLOOM)
 T5 = (16, 1024, 1024)  # heads, queries, keys: 64 MiB
+BUCKETS = (2048, 2048)  # queries, keys
 
 
 def _threads() -> int:
@@ -140,9 +141,40 @@ def t5_rows(rounds, quick):
              f"{t['hf 1'] / t['t5 1']:.2f} x faster than compute_bias, 1 thread")]
 
 
+def bucket_rows(rounds, quick):
+    try:
+        import torch
+        from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+        from transformers.models.t5.modeling_t5 import T5Attention
+    except ImportError:
+        return []
+    q, k = BUCKETS
+    rel = arrpos.relative_positions(q, k, xp=torch)
+    n = _threads()
+    funcs = {"deberta": lambda: arrpos.deberta_bucket(rel),
+             "hf deberta": lambda: make_log_bucket_position(-rel, 256, 512),
+             "t5": lambda: arrpos.t5_bucket(rel),
+             "hf t5": lambda: T5Attention._relative_position_bucket(rel)}
+    held = {f"{name} {m}": _torch_held(torch, m, fn) for name, fn in funcs.items()
+            for m in sorted({1, n})}
+    t = interleaved(held, rounds=rounds)
+    size = f"({q}, {k}) int64"
+    rows = []
+    for m in sorted({1, n}):
+        tail = "" if m == n else ", 1 thread"
+        rows.append((f"deberta_bucket (torch){tail}", size, t[f"deberta {m}"] * 1e3, "",
+                     f"{t[f'hf deberta {m}'] / t[f'deberta {m}']:.2f} x faster than "
+                     "transformers make_log_bucket_position"))
+        rows.append((f"t5_bucket (torch){tail}", size, t[f"t5 {m}"] * 1e3, "",
+                     f"{t[f'hf t5 {m}'] / t[f't5 {m}']:.2f} x faster than transformers "
+                     "_relative_position_bucket"))
+    return rows
+
+
 def run(quick=False, rounds=None):
     if _dispatch.front_end("host.numpy") is None:
         return [], "families: compiled extension unavailable, nothing to compare"
     rounds = rounds or (5 if quick else 15)
-    rows = alibi_rows(rounds, quick) + mask_rows(rounds, quick) + t5_rows(rounds, quick)
+    rows = (alibi_rows(rounds, quick) + mask_rows(rounds, quick) + t5_rows(rounds, quick)
+            + bucket_rows(rounds, quick))
     return rows, f"families: {_threads()} kernel thread(s); torch held to the same count"

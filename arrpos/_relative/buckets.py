@@ -26,6 +26,8 @@ from .._lib import (
     check_bool,
     check_positive_int,
     device_of,
+    largest_magnitude,
+    namespace_for,
 )
 from ..typing import Array, DType, Namespace
 
@@ -228,6 +230,16 @@ def t5_bucket(relative: Array, /, *, bidirectional: bool = True, num_buckets: in
     # every distance from max_distance on has the last bucket: clipping there is exact, and
     # abs cannot overflow at the dtype's minimum
     rel = xp.clip(rel, min=-top, max=top)
+    dtype = bucket_dtype(xp, relative.dtype, rel.dtype, num_buckets - 1)
+    if top <= LUT_MAX:  # every distance a row of one small table
+        return _lookup(xp, _t5_table(bidirectional, nb, max_exact, max_distance, top), rel,
+                       top, dtype)
+    out = _t5_rule(xp, rel, bidirectional, nb, max_exact, max_distance, top)
+    return out if dtype == out.dtype else xp.astype(out, dtype)
+
+
+def _t5_rule(xp, rel, bidirectional, nb, max_exact, max_distance, top):
+    """T5's buckets of index-dtype distances clipped to ``[-top, top]``, by counting steps."""
     zero = xp.zeros_like(rel)
     if bidirectional:
         offset = xp.where(rel > 0, zero + nb, zero)
@@ -237,9 +249,29 @@ def t5_bucket(relative: Array, /, *, bidirectional: bool = True, num_buckets: in
         n = -xp.minimum(rel, zero)
     steps = _steps_array(xp, _t5_steps(nb, max_exact, max_distance, top), rel)
     large = max_exact + _count_steps(xp, steps, n)
-    out = offset + xp.where(n < max_exact, n, large)
-    dtype = bucket_dtype(xp, relative.dtype, rel.dtype, num_buckets - 1)
-    return out if dtype == out.dtype else xp.astype(out, dtype)
+    return offset + xp.where(n < max_exact, n, large)
+
+
+# Distances up to this magnitude are bucketed by one lookup in a host table of the bucket of
+# every distance (2 * LUT_MAX + 1 entries at most), itself made by the step-counting rule:
+# the same integers in a third of the passes over a large matrix
+LUT_MAX = 2**16
+
+
+@functools.lru_cache(maxsize=64)
+def _t5_table(bidirectional, nb, max_exact, max_distance, top):
+    """The T5 bucket of every distance ``-top .. top`` (host int64, read-only)."""
+    rel = np.arange(-top, top + 1, dtype=np.int64)
+    xp = namespace_for(np)
+    return _read_only(np.asarray(_t5_rule(xp, rel, bidirectional, nb, max_exact, max_distance,
+                                          top), dtype=np.int64))
+
+
+def _lookup(xp, table, rel, c, dtype):
+    """``table[rel + c]`` in ``dtype`` (``|rel| <= c``), shaped like ``rel``."""
+    t = xp.asarray(table.copy(), dtype=dtype, device=device_of(rel))  # torch: a writable one
+    out = xp.take(t, xp.reshape(rel, (-1,)) + c, axis=0)
+    return xp.reshape(out, tuple(rel.shape))
 
 
 def deberta_bucket(relative: Array, /, *, bucket_size: int = 256, max_position: int = 512) -> Array:
@@ -311,13 +343,35 @@ def deberta_bucket(relative: Array, /, *, bucket_size: int = 256, max_position: 
             f"{MAX_BUCKETS} (2**20); use a smaller bucket_size or a max_position further "
             "above bucket_size // 2"
         )
-    rel = -xp.clip(rel, min=-top, max=top)  # only the index dtype's minimum moves: same bucket
+    dtype = bucket_dtype(xp, relative.dtype, rel.dtype, largest)
+    # the table covers the distances present (eager arrays: read once), in powers of two
+    big = top if top <= LUT_MAX else largest_magnitude(xp, rel, "relative")
+    if big is not None and min(big, top) <= LUT_MAX:
+        c = min(top, 1 << max(int(min(big, top)), 1).bit_length())
+        if big > c:  # only the index dtype's minimum: clipped, the same bucket
+            rel = xp.clip(rel, min=-c, max=c)
+        return _lookup(xp, _deberta_table(bucket_size, max_position, top, c), rel, c, dtype)
+    out = _deberta_rule(xp, xp.clip(rel, min=-top, max=top), bucket_size, max_position, top)
+    return out if dtype == out.dtype else xp.astype(out, dtype)
+
+
+def _deberta_rule(xp, rel, bucket_size, max_position, top):
+    """DeBERTa's buckets of index-dtype ``key - query`` clipped to ``[-top, top]``."""
+    mid = bucket_size // 2
+    rel = -rel  # only the index dtype's minimum was clipped: the same bucket
     a = xp.abs(rel)
     steps = _steps_array(xp, _deberta_steps(bucket_size, max_position, top), a)
     mag = mid + _count_steps(xp, steps, a)
     sign = xp.where(rel < 0, xp.zeros_like(rel) - 1, xp.ones_like(rel))
-    out = xp.where(a <= mid, rel, sign * mag)
-    dtype = bucket_dtype(xp, relative.dtype, rel.dtype, largest)
-    return out if dtype == out.dtype else xp.astype(out, dtype)
+    return xp.where(a <= mid, rel, sign * mag)
+
+
+@functools.lru_cache(maxsize=64)
+def _deberta_table(bucket_size, max_position, top, c):
+    """The DeBERTa bucket of every ``key - query`` in ``-c .. c`` (host int64, read-only)."""
+    rel = np.arange(-c, c + 1, dtype=np.int64)
+    xp = namespace_for(np)
+    return _read_only(np.asarray(_deberta_rule(xp, rel, bucket_size, max_position, top),
+                                 dtype=np.int64))
 
 
