@@ -16,12 +16,12 @@ if __package__ in (None, ""):  # run as a script: make the package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     __package__ = "benchmarks"
 
-from . import (bench_dask, bench_gpu, bench_peers, bench_rope, bench_sinusoid,  # noqa: E402
-               bench_threads, bench_train)
+from . import (bench_dask, bench_families, bench_gpu, bench_peers, bench_rope,  # noqa: E402
+               bench_sinusoid, bench_threads, bench_train)
 from ._timing import format_results, results_csv  # noqa: E402
 
-SUITES = [bench_sinusoid, bench_rope, bench_peers, bench_train, bench_threads, bench_gpu,
-          bench_dask]
+SUITES = [bench_sinusoid, bench_rope, bench_peers, bench_train, bench_families, bench_threads,
+          bench_gpu, bench_dask]
 
 
 def machine() -> str:
