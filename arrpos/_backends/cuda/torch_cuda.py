@@ -33,9 +33,14 @@ import contextlib
 import importlib.util
 import sys
 
-from .. import Unsupported, ops, torch_ops
+from .. import Unsupported, ops
 from ..memory import tensor_has_storage, torch_tracing
 from . import driver
+
+try:
+    from .. import torch_ops
+except (ImportError, AttributeError):  # a torch without torch.library.custom_op and its kin
+    torch_ops = None  # type: ignore[assignment]
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "apply_rope", "apply_rope_cached",
            "apply_rope_qk", "bind", "cache_clear", "cupy_available", "rope_cos_sin",
@@ -94,7 +99,8 @@ def supports(op: str, arrays=(), **options) -> bool:
     if not all(isinstance(t, torch.Tensor) and t.is_cuda for t in arrs):
         return False
     if _through_op(*arrs):
-        if op not in torch_ops.ROTATIONS or options.get("out") is not None:
+        if (torch_ops is None or op not in torch_ops.ROTATIONS
+                or options.get("out") is not None):
             return False
         if not torch_tracing() and not all(tensor_has_storage(t) for t in arrs):
             return False  # subclasses: the generic path
@@ -303,7 +309,8 @@ def _op_kernel(op, args, layout, inverse):
     return _KERNELS[op](*args, layout, inverse)
 
 
-torch_ops.serve("cuda", _op_kernel)
+if torch_ops is not None:
+    torch_ops.serve("cuda", _op_kernel)
 
 
 def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):

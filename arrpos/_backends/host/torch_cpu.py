@@ -18,9 +18,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import Unsupported, ops, torch_ops
+from .. import Unsupported, ops
 from ..memory import tensor_has_storage, torch_tracing
 from . import driver
+
+try:
+    from .. import torch_ops
+except (ImportError, AttributeError):  # a torch without torch.library.custom_op and its kin
+    torch_ops = None  # type: ignore[assignment]
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
@@ -66,7 +71,8 @@ def supports(op, arrays, **options) -> bool:
     if not all(isinstance(a, torch.Tensor) for a in tensors):
         return False
     if _through_op(*tensors):
-        if op not in torch_ops.ROTATIONS or options.get("out") is not None:
+        if (torch_ops is None or op not in torch_ops.ROTATIONS
+                or options.get("out") is not None):
             return False
         if not all(t.device.type == "cpu" for t in tensors):
             return False
@@ -197,7 +203,8 @@ def _op_kernel(op, args, layout, inverse):
     return _KERNELS[op](*args, layout, inverse)
 
 
-torch_ops.serve("cpu", _op_kernel)
+if torch_ops is not None:
+    torch_ops.serve("cpu", _op_kernel)
 
 
 def _table_out(out, shape, dtype):
