@@ -20,7 +20,7 @@
 namespace arrpos {
 
 constexpr size_t kHuge = size_t(2) << 20;
-constexpr int kKeep = 2;                       // blocks kept for reuse
+constexpr int kKeep = 4;                       // blocks kept: a training step holds 4
 constexpr size_t kKeepBytes = size_t(1) << 30;  // and at most this much memory
 
 struct Block {

@@ -121,7 +121,8 @@ def empty_bytes(nbytes: int):
     """A writable uint8 array of ``nbytes`` for a kernel output: from ``BLOCK_MIN_BYTES`` on,
     in a 2 MiB aligned block that returns to a small free list when the array goes away, so a
     repeated allocating call finds its pages already mapped (a fresh 128 MiB output otherwise
-    pays as many page faults as the kernel's own work). At most two blocks are kept."""
+    pays as many page faults as the kernel's own work). At most four blocks (1 GiB) are kept:
+    a training step's rotation holds four outputs (q and k, forward and backward)."""
     if nbytes < BLOCK_MIN_BYTES:
         return np.empty(nbytes, dtype=np.uint8)
     return np.frombuffer(memoryview(_cpu.OutputBlock(nbytes)), dtype=np.uint8)
