@@ -240,12 +240,15 @@ def alibi_bias_from_mask(slopes: Array, attention_mask: Array, /) -> Array:
     _check_slopes(xp, slopes)
     m = check_array(xp, attention_mask, "attention_mask", kind="bool or integer", ndim=2,
                     shape_hint="(batch, key_len)")
-    if not is_dtype(xp, m.dtype, "bool"):
+    if is_dtype(xp, m.dtype, "bool"):
+        return _dispatch.call("alibi_bias_from_mask", xp, slopes, m, arrays=(slopes, m),
+                              dtype=slopes.dtype)
+
+    def check():  # 0/1 only: checked here unless the kernel that serves the call checks it
         if not is_lazy(m) and m.size and not bool(xp.all((m == 0) | (m == 1))):
             raise ValueError("attention_mask must hold only 0 and 1")
-        m = m != 0
     return _dispatch.call("alibi_bias_from_mask", xp, slopes, m, arrays=(slopes, m),
-                          dtype=slopes.dtype)
+                          dtype=slopes.dtype, check=check)
 
 
 def _distance_positions(xp, x, name, limit):

@@ -12,7 +12,7 @@ instantiation for those types. The C++ side checks every shape, stride and overl
 writes; what it cannot serve raises ``Unsupported`` (the dispatcher then runs the generic path).
 """
 cimport numpy as cnp
-from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from . import Unsupported
 
@@ -453,7 +453,7 @@ cdef extern from "families.hpp" namespace "arrpos::fam":
         bint stream
     cdef struct MaskJob:
         const char *slopes
-        const unsigned char *mask
+        const char *mask
         char *out
         Py_ssize_t batch, heads, k
         bint stream
@@ -465,7 +465,7 @@ cdef extern from "families.hpp" namespace "arrpos::fam":
         bint stream
     void alibi_bias[T](AlibiJob job, int nthreads) noexcept nogil
     void alibi_positions[T, P](PositionsJob job, int nthreads) noexcept nogil
-    void alibi_mask[T](MaskJob job, int nthreads) noexcept nogil
+    bint alibi_mask[T, M](MaskJob job, int nthreads) noexcept nogil
     bint gather[U, I](GatherJob job, int nthreads) noexcept nogil
 
 
@@ -544,28 +544,61 @@ def alibi_positions_into(cnp.ndarray slopes, cnp.ndarray qp, cnp.ndarray kp, cnp
                 alibi_positions[bf16, double](job, nthreads)
 
 
+cdef bint _run_mask(int code, Py_ssize_t item, MaskJob job, int nthreads) noexcept nogil:
+    if item == 1:
+        if code == 0:
+            return alibi_mask[float, uint8_t](job, nthreads)
+        if code == 1:
+            return alibi_mask[double, uint8_t](job, nthreads)
+        if code == 2:
+            return alibi_mask[f16, uint8_t](job, nthreads)
+        return alibi_mask[bf16, uint8_t](job, nthreads)
+    if item == 2:
+        if code == 0:
+            return alibi_mask[float, uint16_t](job, nthreads)
+        if code == 1:
+            return alibi_mask[double, uint16_t](job, nthreads)
+        if code == 2:
+            return alibi_mask[f16, uint16_t](job, nthreads)
+        return alibi_mask[bf16, uint16_t](job, nthreads)
+    if item == 4:
+        if code == 0:
+            return alibi_mask[float, uint32_t](job, nthreads)
+        if code == 1:
+            return alibi_mask[double, uint32_t](job, nthreads)
+        if code == 2:
+            return alibi_mask[f16, uint32_t](job, nthreads)
+        return alibi_mask[bf16, uint32_t](job, nthreads)
+    if code == 0:
+        return alibi_mask[float, uint64_t](job, nthreads)
+    if code == 1:
+        return alibi_mask[double, uint64_t](job, nthreads)
+    if code == 2:
+        return alibi_mask[f16, uint64_t](job, nthreads)
+    return alibi_mask[bf16, uint64_t](job, nthreads)
+
+
 def alibi_mask_into(cnp.ndarray slopes, cnp.ndarray mask, cnp.ndarray out, int code,
                     int nthreads=1, bint stream=False):
-    """BLOOM's ALiBi ``(batch, heads, 1, k)`` of a C-contiguous bool/uint8 ``mask (batch, k)``."""
+    """BLOOM's ALiBi ``(batch, heads, 1, k)`` of a C-contiguous bool or integer ``mask (batch,
+    k)``; ValueError (naming attention_mask) for a value other than 0 and 1."""
     cdef Py_ssize_t h = cnp.PyArray_SIZE(slopes)
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(mask)
     if not _vector_ok(slopes, code, h) or cnp.PyArray_NDIM(mask) != 2 \
-            or cnp.PyArray_ITEMSIZE(mask) != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(mask) \
+            or (item != 1 and item != 2 and item != 4 and item != 8) \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(mask) or not cnp.PyArray_ISNOTSWAPPED(mask) \
             or nthreads < 1 or not _out_ok(out, code, mask.shape[0] * h * mask.shape[1]):
         raise Unsupported("alibi_bias_from_mask: arrays the kernel does not serve")
     cdef MaskJob job
     job.slopes = <const char *>cnp.PyArray_DATA(slopes)
-    job.mask = <const unsigned char *>cnp.PyArray_DATA(mask)
+    job.mask = <const char *>cnp.PyArray_DATA(mask)
     job.out = <char *>cnp.PyArray_DATA(out)
     job.batch, job.heads, job.k, job.stream = mask.shape[0], h, mask.shape[1], stream
+    cdef bint ok
     with nogil:
-        if code == 0:
-            alibi_mask[float](job, nthreads)
-        elif code == 1:
-            alibi_mask[double](job, nthreads)
-        elif code == 2:
-            alibi_mask[f16](job, nthreads)
-        else:
-            alibi_mask[bf16](job, nthreads)
+        ok = _run_mask(code, item, job, nthreads)
+    if not ok:
+        raise ValueError("attention_mask must hold only 0 and 1")
 
 
 def relative_gather(cnp.ndarray table_t, cnp.ndarray index, cnp.ndarray out, int nthreads=1,

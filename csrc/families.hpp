@@ -215,24 +215,31 @@ void alibi_positions(PositionsJob job, int nthreads)
 // ``scaled`` arithmetic of alibi_bias's key mode).
 struct MaskJob {
     const char *slopes;  // (heads,) of T
-    const uint8_t *mask;  // (batch, k), 0/1
+    const char *mask;  // (batch, k) of M: bool or integers, read as unsigned (0/1 checked)
     char *out;
     ptrdiff_t batch, heads, k, heads_per_chunk, chunks_per_row;
     bool stream;
+    std::atomic<int> *bad;  // set for a mask value other than 0 and 1
 };
 
-template <class T>
+template <class T, class M>
 void mask_chunk(void *ctx, ptrdiff_t c)
 {
     const MaskJob &j = *(const MaskJob *)ctx;
     const ptrdiff_t b = c / j.chunks_per_row, h0 = (c % j.chunks_per_row) * j.heads_per_chunk;
     const ptrdiff_t h1 = h0 + j.heads_per_chunk < j.heads ? h0 + j.heads_per_chunk : j.heads;
     std::vector<int32_t> pos((size_t)j.k);  // k < 2**31: int32 converts in vectors
-    const uint8_t *m = j.mask + b * j.k;
+    const M *m = (const M *)j.mask + b * j.k;
     int32_t run = 0;
+    M any = 0;
     for (ptrdiff_t t = 0; t < j.k; t++) {
+        any |= m[t];
         run += m[t] != 0;
         pos[(size_t)t] = m[t] != 0 ? run - 1 : 0;
+    }
+    if (any > 1) {  // (unsigned: a negative value too) nothing of this row written
+        j.bad->store(1, std::memory_order_relaxed);
+        return;
     }
     const ptrdiff_t rowb = j.k * (ptrdiff_t)sizeof(T);
     std::vector<T> row(j.stream ? (size_t)j.k : 1);
@@ -254,15 +261,19 @@ void mask_chunk(void *ctx, ptrdiff_t c)
     fence(j.stream);
 }
 
-template <class T>
-void alibi_mask(MaskJob job, int nthreads)
+// Returns false (output partly written) for a mask value other than 0 and 1.
+template <class T, class M>
+bool alibi_mask(MaskJob job, int nthreads)
 {
     if (job.batch == 0 || job.heads == 0 || job.k == 0)
-        return;
+        return true;
+    std::atomic<int> bad{0};
+    job.bad = &bad;
     const ptrdiff_t rowb = job.k * (ptrdiff_t)sizeof(T);
     job.heads_per_chunk = kChunk / rowb > 0 ? kChunk / rowb : 1;
     job.chunks_per_row = (job.heads + job.heads_per_chunk - 1) / job.heads_per_chunk;
-    parallel_for(job.batch * job.chunks_per_row, nthreads, mask_chunk<T>, &job);
+    parallel_for(job.batch * job.chunks_per_row, nthreads, mask_chunk<T, M>, &job);
+    return bad.load() == 0;
 }
 
 // ---- relative_bias: out[h, p] = table[index[p], h] ------------------------------------------

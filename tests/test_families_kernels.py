@@ -113,7 +113,7 @@ def test_alibi_from_positions_equals_generic(qp, kp, lead_q, lead_k, mode, dtype
 
 @settings(max_examples=60, deadline=None)
 @given(batch=st.integers(1, 5), k=st.integers(1, 400), heads=st.integers(1, 40),
-       dtype=st.sampled_from(DTYPES), kind=st.sampled_from([bool, np.int64, np.int8]),
+       dtype=st.sampled_from(DTYPES), kind=st.sampled_from([bool, np.int64, np.int8, np.int32, np.uint16, np.uint8]),
        negative=st.booleans(), data=st.data())
 def test_alibi_from_mask_equals_generic(batch, k, heads, dtype, kind, negative, data):
     bits = data.draw(st.lists(st.booleans(), min_size=batch * k, max_size=batch * k))
@@ -123,6 +123,19 @@ def test_alibi_from_mask_equals_generic(batch, k, heads, dtype, kind, negative, 
     ref = _xp.alibi_bias_from_mask(s, mask != 0, dtype=s.dtype, xp=xp)
     _served("alibi_bias_from_mask", s, mask != 0, dtype=s.dtype)
     _same_bits(got, ref)
+
+
+@pytest.mark.parametrize("kind", [np.int64, np.int32, np.int16, np.int8, np.uint8, np.uint64])
+@pytest.mark.parametrize("bad", [2, -1, 255])
+def test_alibi_from_mask_bad_values_raise(kind, bad):
+    """The kernel reads the integer mask itself: a value other than 0 and 1 is refused."""
+    mask = np.ones((3, 700), dtype=np.int64)
+    mask[2, 650] = bad
+    mask = mask.astype(kind)
+    if mask[2, 650] in (0, 1):
+        return  # (the value does not survive the dtype)
+    with pytest.raises(ValueError, match="attention_mask must hold only 0 and 1"):
+        arrpos.alibi_bias_from_mask(np.ones(4, np.float32), mask)
 
 
 @settings(max_examples=60, deadline=None)
@@ -181,9 +194,12 @@ def test_torch_cpu_kernels_equal_generic(dtype):
                                             dtype=dtype, xp=txp)
         assert torch.equal(got.float(), ref.float()) and got.dtype == ref.dtype
     mask = torch.tensor([[0, 0, 1, 1, 0, 1], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
-    got = arrpos.alibi_bias_from_mask(s, mask)
     ref = _xp.alibi_bias_from_mask(s, mask, dtype=dtype, xp=txp)
-    assert torch.equal(got.float(), ref.float())
+    for kind in (torch.bool, torch.int64, torch.int32, torch.uint8, torch.uint16):
+        got = arrpos.alibi_bias_from_mask(s, mask.to(kind))
+        assert torch.equal(got.float(), ref.float())
+    with pytest.raises(ValueError, match="attention_mask must hold only 0 and 1"):
+        arrpos.alibi_bias_from_mask(s, mask.to(torch.int64) * 2)
     table = torch.randn(32, 6).to(dtype)
     index = arrpos.t5_bucket(arrpos.relative_positions(40, 50, xp=txp))
     got = arrpos.relative_bias(table, index)

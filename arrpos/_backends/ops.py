@@ -135,7 +135,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("alibi_bias", ("slopes",), arrays=("slopes",), kernel="alibi_bias",
        dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}),
     Op("alibi_bias_from_mask", ("slopes", "attention_mask"),
-       arrays=("slopes", "attention_mask"), dtypes={"host": FLOATS}),
+       arrays=("slopes", "attention_mask"), dtypes={"host": FLOATS}, validated_by=("host",)),
     Op("alibi_bias_from_positions", ("slopes", "query_positions", "key_positions"),
        arrays=("slopes", "query_positions", "key_positions"), dtypes={"host": FLOATS}),
     Op("relative_bias", ("table", "index"), arrays=("table", "index"), dtypes={"host": FLOATS},

@@ -375,7 +375,8 @@ def alibi_positions_into(slopes64, qp, kp, out, code: int, mode: str) -> None:
 
 
 def alibi_mask_into(slopes, mask, out, code: int) -> None:
-    """BLOOM's ALiBi ``(batch, heads, 1, k)`` of a bool or 0/1 uint8 ``mask (batch, k)``."""
+    """BLOOM's ALiBi ``(batch, heads, 1, k)`` of a bool or integer ``mask (batch, k)``
+    (ValueError naming attention_mask for a value other than 0 and 1)."""
     nthreads, stream = threads_and_stores(out.nbytes)
     _cpu.alibi_mask_into(np.ascontiguousarray(slopes), np.ascontiguousarray(mask), out, code,
                          nthreads, stream)

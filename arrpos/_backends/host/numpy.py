@@ -190,7 +190,8 @@ def alibi_bias_from_positions(slopes, query_positions, key_positions, *, mode, l
 
 
 def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
-    """Twin of ``_xp.alibi_bias_from_mask`` (a bool mask): ``(batch, heads, 1, key_len)``."""
+    """Twin of ``_xp.alibi_bias_from_mask``: ``(batch, heads, 1, key_len)``; the mask's values
+    (0 and 1 only) are checked by the kernel."""
     dtype = np.dtype(dtype)
     b, k = attention_mask.shape
     out = driver.empty((b, slopes.shape[0], 1, k), dtype)

@@ -259,7 +259,11 @@ def alibi_bias_from_positions(slopes, query_positions, key_positions, *, mode, l
 def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
     b, k = attention_mask.shape
     out = _empty((b, slopes.shape[0], 1, k), dtype)
-    mask = attention_mask.contiguous().view(torch.uint8)
+    mask = attention_mask.contiguous()
+    if mask.dtype == torch.bool:
+        mask = mask.view(torch.uint8)
+    elif mask.dtype in (torch.uint16, torch.uint32, torch.uint64):  # (no DLPack for them)
+        mask = mask.to(torch.int64)
     driver.alibi_mask_into(_np(slopes), np.from_dlpack(mask), _np(out), _CODES[dtype])
     return out
 
