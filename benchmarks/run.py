@@ -17,11 +17,11 @@ if __package__ in (None, ""):  # run as a script: make the package importable
     __package__ = "benchmarks"
 
 from . import (bench_dask, bench_families, bench_gpu, bench_peers, bench_rope,  # noqa: E402
-               bench_sinusoid, bench_threads, bench_train)
+               bench_simd, bench_sinusoid, bench_threads, bench_train)
 from ._timing import format_results, results_csv  # noqa: E402
 
 SUITES = [bench_sinusoid, bench_rope, bench_peers, bench_train, bench_families, bench_threads,
-          bench_gpu, bench_dask]
+          bench_simd, bench_gpu, bench_dask]
 
 
 def machine() -> str:
