@@ -1,7 +1,8 @@
-"""ALiBi, the relative-bias gather and the T5 / DeBERTa buckets: the compiled kernels (through the public functions)
-against the write limit of the same output and the code users run today (BLOOM's
-``build_alibi_tensor``, T5's ``compute_bias`` in transformers, the NumPy formula), at the
-kernels' threads and at one thread (torch held to the same count), in one interleaved run."""
+"""ALiBi, the relative-bias gather and the T5 / DeBERTa buckets: the compiled kernels (through
+the public functions) against the write limit of the same output and the code users run today
+(BLOOM's ``build_alibi_tensor``, T5's ``compute_bias`` in transformers, the NumPy formula), at
+the kernels' threads and at one thread (torch held to the same count), in one interleaved
+run."""
 from __future__ import annotations
 
 import numpy as np

@@ -613,7 +613,8 @@ def relative_gather(cnp.ndarray table_t, cnp.ndarray index, cnp.ndarray out, int
             or not cnp.PyArray_IS_C_CONTIGUOUS(table_t) or not cnp.PyArray_IS_C_CONTIGUOUS(index) \
             or not cnp.PyArray_IS_C_CONTIGUOUS(out) or not cnp.PyArray_ISWRITEABLE(out) \
             or cnp.PyArray_ITEMSIZE(out) != item or (item != 2 and item != 4 and item != 8) \
-            or (it != cnp.NPY_INT64 and it != cnp.NPY_INT32) or not cnp.PyArray_ISNOTSWAPPED(index) \
+            or (it != cnp.NPY_INT64 and it != cnp.NPY_INT32) \
+            or not cnp.PyArray_ISNOTSWAPPED(index) \
             or cnp.PyArray_SIZE(out) != table_t.shape[0] * index.shape[0] or nthreads < 1 \
             or rows < 0 or (rows > 0 and index.shape[0] % rows):
         raise Unsupported("relative_bias: arrays the kernel does not serve")

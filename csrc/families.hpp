@@ -241,19 +241,25 @@ void mask_chunk(void *ctx, ptrdiff_t c)
         j.bad->store(1, std::memory_order_relaxed);
         return;
     }
+    // the positions converted once per chunk (the conversion the generic code's astype makes)
+    std::vector<T> posf(sizeof(T) == 2 ? 1 : (size_t)j.k);
+    if constexpr (sizeof(T) != 2)
+        for (ptrdiff_t t = 0; t < j.k; t++)
+            posf[(size_t)t] = (T)pos[(size_t)t];
     const ptrdiff_t rowb = j.k * (ptrdiff_t)sizeof(T);
     std::vector<T> row(j.stream ? (size_t)j.k : 1);
     for (ptrdiff_t h = h0; h < h1; h++) {
         const typename Elem<T>::C s = Elem<T>::load((const T *)j.slopes + h);
         char *dst = j.out + (b * j.heads + h) * rowb;
         T *r = j.stream ? row.data() : (T *)dst;  // cached stores: straight into the output
-        const int32_t *p = pos.data();
         if constexpr (sizeof(T) == 2) {
+            const int32_t *p = pos.data();
             for (ptrdiff_t t = 0; t < j.k; t++)
                 r[t] = scaled<T>(s, p[t]);
         } else {
+            const T *p = posf.data();
             for (ptrdiff_t t = 0; t < j.k; t++)
-                r[t] = s * (typename Elem<T>::C)p[t];
+                r[t] = s * p[t];
         }
         if (j.stream)
             put(dst, (const char *)r, rowb, true);
@@ -270,7 +276,8 @@ bool alibi_mask(MaskJob job, int nthreads)
     std::atomic<int> bad{0};
     job.bad = &bad;
     const ptrdiff_t rowb = job.k * (ptrdiff_t)sizeof(T);
-    job.heads_per_chunk = kChunk / rowb > 0 ? kChunk / rowb : 1;
+    // chunks of 4 x the usual bytes: each computes its batch row's positions once
+    job.heads_per_chunk = 4 * kChunk / rowb > 0 ? 4 * kChunk / rowb : 1;
     job.chunks_per_row = (job.heads + job.heads_per_chunk - 1) / job.heads_per_chunk;
     parallel_for(job.batch * job.chunks_per_row, nthreads, mask_chunk<T, M>, &job);
     return bad.load() == 0;

@@ -113,7 +113,8 @@ def test_alibi_from_positions_equals_generic(qp, kp, lead_q, lead_k, mode, dtype
 
 @settings(max_examples=60, deadline=None)
 @given(batch=st.integers(1, 5), k=st.integers(1, 400), heads=st.integers(1, 40),
-       dtype=st.sampled_from(DTYPES), kind=st.sampled_from([bool, np.int64, np.int8, np.int32, np.uint16, np.uint8]),
+       dtype=st.sampled_from(DTYPES),
+       kind=st.sampled_from([bool, np.int64, np.int8, np.int32, np.uint16, np.uint8]),
        negative=st.booleans(), data=st.data())
 def test_alibi_from_mask_equals_generic(batch, k, heads, dtype, kind, negative, data):
     bits = data.draw(st.lists(st.booleans(), min_size=batch * k, max_size=batch * k))

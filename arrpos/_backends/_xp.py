@@ -492,8 +492,9 @@ __all__ += ["alibi_bias"]
 
 def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
     """BLOOM's ``(batch, heads, 1, key_len)`` bias of a bool or 0/1 ``attention_mask``
-    (validated by the caller): ``slope * (cumsum(mask) - 1) * mask``; 16-bit slopes multiply in float64
-    (positions past 256 are not exact in bfloat16; the float64 product is), rounded once."""
+    (validated by the caller): ``slope * (cumsum(mask) - 1) * mask``; 16-bit slopes multiply
+    in float64 (positions past 256 are not exact in bfloat16; the float64 product is), rounded
+    once."""
     m = attention_mask
     dev = device_of(m)
     ones = xp.astype(m, index_dtype(xp, dev))

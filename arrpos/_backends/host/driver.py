@@ -26,8 +26,9 @@ import numpy as np
 
 from .. import Unsupported, _cpu, _xp, memory, one_thread_wanted
 
-__all__ = ["ALIBI_MODES", "APPLY_TYPES", "alibi_bias_into", "alibi_mask_into",
-           "alibi_positions_into", "relative_gather_into", "BF16", "BLOCK_MIN_BYTES", "F16", "F32", "F64", "PARALLEL_MIN_BYTES",
+__all__ = ["ALIBI_MODES", "APPLY_TYPES", "BF16", "BLOCK_MIN_BYTES", "F16", "F32", "F64",
+           "PARALLEL_MIN_BYTES", "alibi_bias_into", "alibi_mask_into", "alibi_positions_into",
+           "block_bytes", "relative_gather_into",
            "STREAM_MIN_BYTES", "TABLE_CACHE_BYTES", "bind_cached", "block_rows", "cache_clear",
            "check_ids", "code_of", "empty", "empty_bytes", "have_threads", "instruction_set",
            "max_threads", "numpy_dtype", "qk_outputs_apart", "rope_table_into", "rotate",
@@ -125,6 +126,12 @@ def empty_bytes(nbytes: int):
     a training step's rotation holds four outputs (q and k, forward and backward)."""
     if nbytes < BLOCK_MIN_BYTES:
         return np.empty(nbytes, dtype=np.uint8)
+    return np.frombuffer(memoryview(_cpu.OutputBlock(nbytes)), dtype=np.uint8)
+
+
+def block_bytes(nbytes: int):
+    """``empty_bytes``' reusable block whatever the size (an output a model asks for at every
+    step, whose fresh pages would cost as much as the kernel)."""
     return np.frombuffer(memoryview(_cpu.OutputBlock(nbytes)), dtype=np.uint8)
 
 

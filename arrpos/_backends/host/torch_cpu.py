@@ -239,6 +239,9 @@ def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
     return out
 
 
+_MASK_BLOCK_BYTES = 1 << 20
+
+
 def _positions(p, lead, ints):
     n = p.shape[-1]
     p = p.broadcast_to(lead + (n,)).reshape(-1, n)
@@ -258,7 +261,12 @@ def alibi_bias_from_positions(slopes, query_positions, key_positions, *, mode, l
 
 def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
     b, k = attention_mask.shape
-    out = _empty((b, slopes.shape[0], 1, k), dtype)
+    shape = (b, slopes.shape[0], 1, k)
+    nbytes = b * shape[1] * k * dtype.itemsize
+    # from 1 MiB in a reusable block: a BLOOM forward asks for this bias at every step, and a
+    # fresh allocation's page faults cost as much as the kernel
+    out = (torch.from_numpy(driver.block_bytes(nbytes)).view(dtype).view(shape)
+           if nbytes >= _MASK_BLOCK_BYTES else _empty(shape, dtype))
     mask = attention_mask.contiguous()
     if mask.dtype == torch.bool:
         mask = mask.view(torch.uint8)
