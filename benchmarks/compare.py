@@ -3,9 +3,10 @@
 Times the same benchmark rows in this checkout and in another one (a built checkout of an
 older commit, say ``git worktree add ../before <commit>`` then ``python setup.py build_ext
 --inplace`` there) in alternating subprocesses, so drift on a shared machine hits both alike,
-and prints each row's median time in both and the ratio of the medians. Rows are matched by
-their (kernel, size) names; a row only one side has is left out. A ratio above 1 means this
-checkout is slower.
+and prints each row's median time in both, the ratio of the medians and the ratio of each
+tree's fastest run (the run least disturbed by other work: on a shared machine the medians
+carry the neighbours' load). Rows are matched by their (kernel, size) names; a row only one
+side has is left out. A ratio above 1 means this checkout is slower.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def _one_run(tree: str, suites: str, env: dict) -> dict:
 
 def compare(other: str, suites: str, runs: int, env=None) -> list:
     """[(row, ms here, ms there, ratio of the medians, (lowest, highest) ratio of one run
-    here to the run of the other tree right after it)] from ``runs`` alternating runs."""
+    here to the run of the other tree right after it, ratio of the fastest runs)] from
+    ``runs`` alternating runs."""
     env = dict(os.environ if env is None else env)
     env.pop("PYTHONPATH", None)
     here, there = {}, {}
@@ -58,7 +60,8 @@ def compare(other: str, suites: str, runs: int, env=None) -> list:
         if row in there and len(here[row]) == len(there[row]):
             a, b = statistics.median(here[row]), statistics.median(there[row])
             paired = [p / q for p, q in zip(here[row], there[row])]
-            out.append((row, a, b, a / b, (min(paired), max(paired))))
+            out.append((row, a, b, a / b, (min(paired), max(paired)),
+                        min(here[row]) / min(there[row])))
     return out
 
 
@@ -73,9 +76,10 @@ def main(argv=None) -> int:
 
     print(f"this tree: {HERE}\nother: {os.path.abspath(args.other)}\n"
           f"medians of {args.runs} alternating runs (quick rows)")
-    print(format_table([(r, f"{a:.3f}", f"{b:.3f}", f"{q:.2f}", f"{lo:.2f}-{hi:.2f}")
-                        for r, a, b, q, (lo, hi) in rows],
-                       ["row", "ms here", "ms other", "here / other", "paired runs"]))
+    print(format_table([(r, f"{a:.3f}", f"{b:.3f}", f"{q:.2f}", f"{lo:.2f}-{hi:.2f}", f"{f:.2f}")
+                        for r, a, b, q, (lo, hi), f in rows],
+                       ["row", "ms here", "ms other", "here / other", "paired runs",
+                        "fastest / fastest"]))
     return 0
 
 

@@ -21,8 +21,9 @@ def test_compare_matches_rows_of_two_trees(capsys):
     rows = compare.compare(ROOT, "sinusoid", 1)
     assert rows and all(r[0].startswith("sinusoid: ") for r in rows)
     assert len({r[0] for r in rows}) == len(rows)
-    for _, here, there, ratio, (lo, hi) in rows:
+    for _, here, there, ratio, (lo, hi), fastest in rows:
         assert here > 0 and there > 0 and ratio == pytest.approx(here / there)
-        assert lo == hi == pytest.approx(ratio)  # one run: one pair
+        assert lo == hi == fastest == pytest.approx(ratio)  # one run: one pair
     assert compare.main([ROOT, "--suites", "sinusoid", "--runs", "1"]) == 0
-    assert "here / other" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "here / other" in printed and "fastest / fastest" in printed
