@@ -1,8 +1,9 @@
-"""ALiBi, the relative-bias gather and the T5 / DeBERTa buckets: the compiled kernels (through
-the public functions) against the write limit of the same output and the code users run today
-(BLOOM's ``build_alibi_tensor``, T5's ``compute_bias`` in transformers, the NumPy formula), at
-the kernels' threads and at one thread (torch held to the same count), in one interleaved
-run."""
+"""ALiBi, the relative-bias gather, the T5 / DeBERTa buckets and the convolutional encodings:
+the compiled kernels (through the public functions) against the write limit of the same output
+and the code users run today (BLOOM's ``build_alibi_tensor``, T5's ``compute_bias`` in
+transformers, the NumPy formula, wav2vec2's and CPVT's depthwise ``conv1d`` / ``conv2d`` in
+torch), at the kernels' threads and at one thread (torch held to the same count), in one
+interleaved run."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,6 +18,10 @@ ALIBI_QUICK = (32, 1024, 512)  # 64 MiB
 MASK = (8, 32, 4096)  # batch, heads, keys (BLOOM)
 T5 = (16, 1024, 1024)  # heads, queries, keys: 64 MiB
 BUCKETS = (2048, 2048)  # queries, keys
+CONV = (8, 1024, 768, 5)  # batch, length, channels, kernel (wav2vec2-sized)
+CONV_QUICK = (2, 512, 768, 5)
+CONV2D = (8, 32, 32, 384, 3)  # batch, H, W, channels, kernel (CPVT's PEG)
+CONV2D_QUICK = (2, 16, 16, 384, 3)
 
 
 def _threads() -> int:
@@ -173,6 +178,63 @@ def bucket_rows(rounds, quick):
     return rows
 
 
+def conv_rows(rounds, quick):
+    try:
+        import torch
+    except ImportError:
+        return []
+    n = _threads()
+    b, length, c, k = CONV_QUICK if quick else CONV
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(b, length, c, generator=gen)
+    conv = torch.nn.Conv1d(c, c, k, padding="same", groups=c).eval()
+    weight = conv.weight.detach()[:, 0, :].T.contiguous()
+    bias = conv.bias.detach()
+
+    def mine():
+        return arrpos.conv_positional(x, weight, bias)
+
+    def torch_1d():  # wav2vec2's positional convolution: channels first, GELU, + x
+        with torch.no_grad():
+            y = torch.nn.functional.gelu(conv(x.transpose(1, 2))).transpose(1, 2)
+            return x + y
+
+    hb, hh, hw, hc, hk = CONV2D_QUICK if quick else CONV2D
+    x2 = torch.randn(hb, hh, hw, hc, generator=gen)
+    conv2 = torch.nn.Conv2d(hc, hc, hk, padding=hk // 2, groups=hc).eval()
+    weight2 = conv2.weight.detach()[:, 0].permute(1, 2, 0).contiguous()
+    bias2 = conv2.bias.detach()
+    tokens = x2.reshape(hb, hh * hw, hc)
+
+    def mine_2d():
+        return arrpos.conv_positional_2d(x2, weight2, bias2)
+
+    def peg():  # CPVT's PosCNN: the token grid channels first, conv + x, back to tokens
+        with torch.no_grad():
+            feat = tokens.transpose(1, 2).view(hb, hc, hh, hw)
+            return (conv2(feat) + feat).flatten(2).transpose(1, 2)
+
+    funcs = {}
+    for m in sorted({1, n}):
+        funcs[f"1d {m}"] = _torch_held(torch, m, mine) if m == n else one_thread(mine)
+        funcs[f"torch 1d {m}"] = _torch_held(torch, m, torch_1d)
+        funcs[f"2d {m}"] = _torch_held(torch, m, mine_2d) if m == n else one_thread(mine_2d)
+        funcs[f"torch 2d {m}"] = _torch_held(torch, m, peg)
+    t = interleaved(funcs, rounds=rounds)
+    rows = []
+    for m in sorted({1, n}):
+        tail = "" if m == n else ", 1 thread"
+        rows.append((f"conv_positional gelu + x (torch){tail}", f"({b}, {length}, {c}) k={k}",
+                     t[f"1d {m}"] * 1e3, "",
+                     f"{t[f'torch 1d {m}'] / t[f'1d {m}']:.2f} x faster than torch conv1d("
+                     "groups=C) + gelu + x"))
+        rows.append((f"conv_positional_2d + x (torch){tail}",
+                     f"({hb}, {hh}, {hw}, {hc}) k={hk}x{hk}", t[f"2d {m}"] * 1e3, "",
+                     f"{t[f'torch 2d {m}'] / t[f'2d {m}']:.2f} x faster than torch conv2d("
+                     "groups=C) + x (CPVT)"))
+    return rows
+
+
 def run(quick=False, rounds=None):
     if _dispatch.front_end("host.numpy") is None:
         return [], "families: compiled extension unavailable, nothing to compare"
@@ -180,7 +242,7 @@ def run(quick=False, rounds=None):
 
     rounds = rounds or (5 if quick else 15)
     rows = []
-    for part in (alibi_rows, mask_rows, t5_rows, bucket_rows):
+    for part in (alibi_rows, mask_rows, t5_rows, bucket_rows, conv_rows):
         # each group starts with the output blocks the one before kept given back: 512 MiB
         # ALiBi blocks filling the reuse budget would leave the next group's 64 MiB outputs
         # freshly mapped (page faults) on every call

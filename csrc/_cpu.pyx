@@ -467,6 +467,15 @@ cdef extern from "families.hpp" namespace "arrpos::fam":
     void alibi_positions[T, P](PositionsJob job, int nthreads) noexcept nogil
     bint alibi_mask[T, M](MaskJob job, int nthreads) noexcept nogil
     bint gather[U, I](GatherJob job, int nthreads) noexcept nogil
+    cdef struct ConvJob:
+        const char *x
+        const char *w
+        const char *bias
+        char *out
+        Py_ssize_t outer, H, W, C, kh, kw, top, left
+        int act
+        bint residual
+    void conv_grid[T](ConvJob job, int nthreads) noexcept nogil
 
 
 cdef inline bint _out_ok(cnp.ndarray out, int code, Py_ssize_t size) noexcept:
@@ -640,3 +649,44 @@ def relative_gather(cnp.ndarray table_t, cnp.ndarray index, cnp.ndarray out, int
     if not ok:
         raise ValueError(f"index must lie in [0, {table_t.shape[1]}) (the rows of table), got "
                          f"values outside")
+
+
+def conv_grid_into(cnp.ndarray x, cnp.ndarray w, object bias, cnp.ndarray out, int code,
+                   int act, bint residual, int nthreads=1):
+    """Depthwise convolution of ``x (outer, H, W, C)`` (storage ``code``, C-contiguous) with
+    ``w (kh, kw, C)`` and ``bias (C,)`` or None in x's compute type (float64 for float64 x,
+    else float32), zero padding ``(k - 1) // 2`` before; then activation ``act`` (0 none, 1
+    exact GELU, 2 tanh) and ``+ x`` if ``residual``, into ``out`` (x's shape and code)."""
+    cdef int wcode = 1 if code == 1 else 0  # float64, else float32
+    cdef cnp.ndarray b
+    if cnp.PyArray_NDIM(x) != 4 or cnp.PyArray_NDIM(w) != 3 or not _is(x, code) \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(x) or not cnp.PyArray_ISNOTSWAPPED(x) \
+            or not _is(w, wcode) or not cnp.PyArray_IS_C_CONTIGUOUS(w) \
+            or not cnp.PyArray_ISNOTSWAPPED(w) or w.shape[2] != x.shape[3] \
+            or w.shape[0] < 1 or w.shape[1] < 1 or act < 0 or act > 2 or nthreads < 1 \
+            or not _out_ok(out, code, cnp.PyArray_SIZE(x)) \
+            or (bias is not None and not _vector_ok(bias, wcode, x.shape[3])):
+        raise Unsupported("conv_positional: arrays the kernel does not serve")
+    if bounds_meeting(out, (x, w, bias)):
+        raise Unsupported("conv_positional: the output meets an input")
+    cdef ConvJob job
+    job.x = <const char *>cnp.PyArray_DATA(x)
+    job.w = <const char *>cnp.PyArray_DATA(w)
+    job.bias = NULL
+    if bias is not None:
+        b = bias
+        job.bias = <const char *>cnp.PyArray_DATA(b)
+    job.out = <char *>cnp.PyArray_DATA(out)
+    job.outer, job.H, job.W, job.C = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
+    job.kh, job.kw = w.shape[0], w.shape[1]
+    job.top, job.left = (w.shape[0] - 1) // 2, (w.shape[1] - 1) // 2
+    job.act, job.residual = act, residual
+    with nogil:
+        if code == 0:
+            conv_grid[float](job, nthreads)
+        elif code == 1:
+            conv_grid[double](job, nthreads)
+        elif code == 2:
+            conv_grid[f16](job, nthreads)
+        else:
+            conv_grid[bf16](job, nthreads)

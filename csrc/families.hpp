@@ -1,5 +1,5 @@
-// Kernels of the families beside RoPE and the sinusoids: the ALiBi bias forms and the
-// relative-bias gather.
+// Kernels of the families beside RoPE and the sinusoids: the ALiBi bias forms, the
+// relative-bias gather and the depthwise (convolutional) position encodings.
 //
 // They are write-bound (a bias is a fill of a few distinct values per row, or a gather from a
 // small table), so the row loops are plain C++ that the compiler vectorises, and each piece of
@@ -398,6 +398,105 @@ bool gather(GatherJob job, int nthreads)
     job.tile = kPiece / (ptrdiff_t)sizeof(U);
     parallel_for((job.n + job.tile - 1) / job.tile, nthreads, gather_chunk<U, I>, &job);
     return bad.load() == 0;
+}
+
+// ---- conv_positional / conv_positional_2d: depthwise convolution, channels last ------------
+//
+// x and out (outer, H, W, C) of T; w (kh, kw, C) and bias (C,) of T's compute type (the
+// generic path's working type: float32 for 16-bit x); a 1-D convolution is kw = 1. Compute
+// bound (kh * kw taps and the GELU per element), so the rows are compiled per instruction
+// set (conv.inc) and the chunks are runs of output rows.
+struct ConvJob {
+    const char *x;
+    const char *w;
+    const char *bias;  // null: none
+    char *out;
+    ptrdiff_t outer, H, W, C, kh, kw, top, left, chunk_rows, chunks_per_plane;
+    int act;  // 0 none, 1 exact GELU, 2 tanh
+    bool residual;
+};
+
+// The GELU's erfc series (arrpos/_conv.py's _ERFC_CHEB, the same 30 numbers).
+constexpr int kErfcTerms = 30;
+constexpr double kErfcCheb[kErfcTerms] = {
+    -0.6513268598908547,
+    0.6419697923564902,
+    0.019476473204185836,
+    -0.009561514786808632,
+    -0.0009465953444820369,
+    0.00036683949785276145,
+    4.252332480690777e-05,
+    -2.0278578112534242e-05,
+    -1.6242900046470256e-06,
+    1.3036558355805232e-06,
+    1.5626441722066142e-08,
+    -8.523809591492654e-08,
+    6.5290544390988515e-09,
+    5.059343495551469e-09,
+    -9.91364156493033e-10,
+    -2.273651222931836e-10,
+    9.646791102015527e-11,
+    2.3940380830391146e-12,
+    -6.886027526497553e-12,
+    8.944879273090725e-13,
+    3.130921399342958e-13,
+    -1.1270822361367252e-13,
+    3.810905255189232e-16,
+    7.106097613609237e-15,
+    -1.5230282014571043e-15,
+    -9.457494571291233e-17,
+    1.210237189224279e-16,
+    -2.816663087747177e-17,
+    5.003005559445902e-20,
+    2.3281042579529253e-18};
+
+}  // namespace fam
+}  // namespace arrpos
+
+#if ARRPOS_X86
+ARRPOS_PUSH_AVX512
+namespace arrpos { namespace fam { namespace isa_avx512 {
+#include "conv.inc"
+}}}
+ARRPOS_POP
+ARRPOS_PUSH_AVX2
+namespace arrpos { namespace fam { namespace isa_avx2 {
+#include "conv.inc"
+}}}
+ARRPOS_POP
+#endif
+namespace arrpos { namespace fam { namespace isa_portable {
+#include "conv.inc"
+}}}
+
+namespace arrpos {
+namespace fam {
+
+template <class T>
+void conv_chunk(void *ctx, ptrdiff_t c)
+{
+    const ConvJob &j = *(const ConvJob *)ctx;
+    const ptrdiff_t o = c / j.chunks_per_plane, h0 = (c % j.chunks_per_plane) * j.chunk_rows;
+    const ptrdiff_t h1 = h0 + j.chunk_rows < j.H ? h0 + j.chunk_rows : j.H;
+#if ARRPOS_X86
+    const int level = simd_level();
+    if (level >= 2)
+        return isa_avx512::conv_rows<T>(j, o, h0, h1);
+    if (level == 1)
+        return isa_avx2::conv_rows<T>(j, o, h0, h1);
+#endif
+    isa_portable::conv_rows<T>(j, o, h0, h1);
+}
+
+template <class T>
+void conv_grid(ConvJob job, int nthreads)
+{
+    if (job.outer == 0 || job.H == 0 || job.W == 0 || job.C == 0)
+        return;
+    const ptrdiff_t rowb = job.W * job.C * (ptrdiff_t)sizeof(T);
+    job.chunk_rows = (kChunk / 4) / rowb > 0 ? (kChunk / 4) / rowb : 1;
+    job.chunks_per_plane = (job.H + job.chunk_rows - 1) / job.chunk_rows;
+    parallel_for(job.outer * job.chunks_per_plane, nthreads, conv_chunk<T>, &job);
 }
 
 }  // namespace fam

@@ -62,6 +62,10 @@ def alibi_mask_into(
     slopes: _Array, mask: _Array, out: _Array, code: int, nthreads: int = ...,
     stream: bool = ...,
 ) -> None: ...
+def conv_grid_into(
+    x: _Array, w: _Array, bias: _Array | None, out: _Array, code: int, act: int,
+    residual: bool, nthreads: int = ...,
+) -> None: ...
 def relative_gather(
     table_t: _Array, index: _Array, out: _Array, nthreads: int = ..., stream: bool = ...,
     rows: int = ...,

@@ -28,7 +28,7 @@ from .. import Unsupported, _cpu, _xp, memory, one_thread_wanted
 
 __all__ = ["ALIBI_MODES", "APPLY_TYPES", "BF16", "BLOCK_MIN_BYTES", "F16", "F32", "F64",
            "PARALLEL_MIN_BYTES", "alibi_bias_into", "alibi_mask_into", "alibi_positions_into",
-           "block_bytes", "relative_gather_into",
+           "block_bytes", "conv_into", "relative_gather_into",
            "STREAM_MIN_BYTES", "TABLE_CACHE_BYTES", "bind_cached", "block_rows", "cache_clear",
            "check_ids", "code_of", "empty", "empty_bytes", "have_threads", "instruction_set",
            "max_threads", "numpy_dtype", "qk_outputs_apart", "rope_table_into", "rotate",
@@ -400,6 +400,28 @@ def relative_gather_into(table, index, out) -> None:
     _cpu.relative_gather(np.ascontiguousarray(table.T), np.ascontiguousarray(idx),
                          out.reshape(out.shape[0], -1), nthreads, stream,
                          index.shape[0] if index.ndim == 2 else 0)
+
+
+_ACTIVATION_CODE = {None: 0, "gelu": 1, "tanh": 2}
+
+
+def conv_into(x, weight, bias, out, code: int, activation, residual: bool) -> None:
+    """The depthwise convolution of ``x (..., H, W, C)`` (storage ``code``) with ``weight
+    (kh, kw, C)`` and ``bias (C,)`` or None (any floating dtype: converted to x's working
+    type, float64 for float64 x, else float32, as the generic path does), the activation and
+    the residual, into ``out`` (C-contiguous, x's shape and storage)."""
+    if x.size == 0:
+        return
+    work = np.float64 if code == F64 else np.float32
+    h, w, c = x.shape[-3:]
+    x4 = np.ascontiguousarray(x).reshape(-1, h, w, c)
+    w3 = np.ascontiguousarray(weight, dtype=work)
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=work)
+    # compute-bound: threads pay from a smaller output than for the write-bound kernels
+    nthreads = 1 if out.nbytes < (PARALLEL_MIN_BYTES >> 3) or one_thread_wanted() \
+        else _MAX_THREADS
+    _cpu.conv_grid_into(x4, w3, b, out.reshape(x4.shape), code, _ACTIVATION_CODE[activation],
+                        residual, nthreads)
 
 
 memory.use_bounds(_cpu.bounds_meeting)

@@ -16,8 +16,8 @@ from . import driver
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
-           "bind", "cache_clear", "relative_bias", "rope_cos_sin", "sinusoid_table",
-           "supports"]
+           "bind", "cache_clear", "conv_positional", "relative_bias", "rope_cos_sin",
+           "sinusoid_table", "supports"]
 
 DRIVER = "host"
 # ``supports`` reads types, dtypes and options only (shapes and strides are the kernels' late
@@ -203,4 +203,11 @@ def relative_bias(table, index, *, dtype, xp):
     """Twin of ``_xp.relative_bias``: ``(heads,) + index.shape``, C-contiguous."""
     out = driver.empty((table.shape[1],) + index.shape, table.dtype)
     driver.relative_gather_into(table, index, out)
+    return out
+
+
+def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
+    """Twin of ``_xp.conv_positional``: ``x``'s shape and dtype, C-contiguous."""
+    out = driver.empty(x.shape, x.dtype)
+    driver.conv_into(x, weight, bias, out, _code(x.dtype), activation, residual)
     return out

@@ -29,8 +29,8 @@ except (ImportError, AttributeError):  # a torch without torch.library.custom_op
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
-           "bind", "cache_clear", "relative_bias", "rope_cos_sin", "sinusoid_table",
-           "supports"]
+           "bind", "cache_clear", "conv_positional", "relative_bias", "rope_cos_sin",
+           "sinusoid_table", "supports"]
 
 DRIVER = "host"
 # ``supports`` reads each call's autograd state and trace: nothing holds for a signature
@@ -279,4 +279,13 @@ def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
 def relative_bias(table, index, *, dtype, xp):
     out = _empty((table.shape[1],) + tuple(index.shape), table.dtype)
     driver.relative_gather_into(_np(table), _ids(index), _np(out))
+    return out
+
+
+def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    out = _empty(tuple(x.shape), x.dtype)
+    b = None if bias is None else np.from_dlpack(bias.to(work).contiguous())
+    driver.conv_into(_np(x.contiguous()), np.from_dlpack(weight.to(work).contiguous()), b,
+                     _np(out), _CODES[x.dtype], activation, residual)
     return out
