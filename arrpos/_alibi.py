@@ -1,6 +1,7 @@
 """ALiBi (Press et al., 2022): per-head linear attention biases, and BLOOM's left-padding form."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -34,13 +35,17 @@ _MODES = ("causal", "symmetric", "key")
 MAX_HEADS = 2**20  # far above any model; bounds the host computation and the transfer
 
 
+@functools.lru_cache(maxsize=64)
 def _host_slopes(n, max_bias):
     """Press et al.'s rule in float64: powers of two get ``2**(-max_bias k / n)``; otherwise
-    the slopes of the lower power of two ``c`` then every other slope of ``2c``."""
+    the slopes of the lower power of two ``c`` then every other slope of ``2c``. Read-only and
+    kept (BLOOM asks for them at every step; callers copy what they return)."""
     c = 2 ** int(math.floor(math.log2(n)))
     slopes = [2.0 ** (-max_bias * k / c) for k in range(1, c + 1)]
     slopes += [2.0 ** (-max_bias * k / (2 * c)) for k in range(1, 2 * (n - c), 2)]
-    return np.array(slopes, dtype=np.float64)
+    out = np.array(slopes, dtype=np.float64)
+    out.flags.writeable = False
+    return out
 
 
 def alibi_slopes(num_heads: int, *, max_bias: float = 8.0, head_offset: int = 0,

@@ -215,3 +215,14 @@ def test_torch_autograd_keeps_generic_path():
     index = torch.tensor([[0, 7], [3, 1]])
     arrpos.relative_bias(table, index).sum().backward()
     assert table.grad is not None and float(table.grad.sum()) == 4 * 3
+
+
+def test_alibi_slopes_kept_host_values_never_shared():
+    """The host slopes are kept between calls: what a caller gets is its own writable copy."""
+    a = arrpos.alibi_slopes(4, dtype=np.float64)
+    a[0] = 5.0
+    b = arrpos.alibi_slopes(4, dtype=np.float64)
+    assert b.flags.writeable and b.tolist() == [0.25, 0.0625, 0.015625, 0.00390625]
+    t = arrpos.alibi_slopes(4, dtype=torch.float64, xp=torch)
+    t[1] = 7.0
+    assert arrpos.alibi_slopes(4, dtype=torch.float64, xp=torch).tolist()[1] == 0.0625

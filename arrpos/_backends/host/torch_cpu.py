@@ -240,6 +240,7 @@ def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
 
 
 _MASK_BLOCK_BYTES = 1 << 20
+_BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}  # a block's view by element size
 
 
 def _positions(p, lead, ints):
@@ -260,19 +261,27 @@ def alibi_bias_from_positions(slopes, query_positions, key_positions, *, mode, l
 
 
 def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
+    # (a BLOOM forward asks for this bias at every step: the NumPy views are taken with
+    # ``Tensor.numpy``, a third of DLPack's cost, and the output's straight from its block)
     b, k = attention_mask.shape
     shape = (b, slopes.shape[0], 1, k)
     nbytes = b * shape[1] * k * dtype.itemsize
-    # from 1 MiB in a reusable block: a BLOOM forward asks for this bias at every step, and a
-    # fresh allocation's page faults cost as much as the kernel
-    out = (torch.from_numpy(driver.block_bytes(nbytes)).view(dtype).view(shape)
-           if nbytes >= _MASK_BLOCK_BYTES else _empty(shape, dtype))
+    # from 1 MiB in a reusable block: a fresh allocation's page faults cost as much as the
+    # kernel
+    if nbytes >= _MASK_BLOCK_BYTES:
+        block = driver.block_bytes(nbytes)
+        out = torch.from_numpy(block).view(dtype).view(shape)
+        out_np = block.view(_BITS[dtype.itemsize])
+    else:
+        out = _empty(shape, dtype)
+        out_np = _np(out)
     mask = attention_mask.contiguous()
     if mask.dtype == torch.bool:
         mask = mask.view(torch.uint8)
-    elif mask.dtype in (torch.uint16, torch.uint32, torch.uint64):  # (no DLPack for them)
+    elif mask.dtype in (torch.uint16, torch.uint32, torch.uint64):  # (no NumPy view for them)
         mask = mask.to(torch.int64)
-    driver.alibi_mask_into(_np(slopes), np.from_dlpack(mask), _np(out), _CODES[dtype])
+    s = slopes.view(torch.int16) if slopes.dtype == torch.bfloat16 else slopes
+    driver.alibi_mask_into(s.numpy(), mask.numpy(), out_np, _CODES[dtype])
     return out
 
 
