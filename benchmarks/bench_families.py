@@ -199,6 +199,12 @@ def conv_rows(rounds, quick):
             y = torch.nn.functional.gelu(conv(x.transpose(1, 2))).transpose(1, 2)
             return x + y
 
+    x_cf = x.transpose(1, 2).contiguous()
+
+    def torch_1d_cf():  # torch's best case: the data already channels first, contiguous
+        with torch.no_grad():
+            return x_cf + torch.nn.functional.gelu(conv(x_cf))
+
     hb, hh, hw, hc, hk = CONV2D_QUICK if quick else CONV2D
     x2 = torch.randn(hb, hh, hw, hc, generator=gen)
     conv2 = torch.nn.Conv2d(hc, hc, hk, padding=hk // 2, groups=hc).eval()
@@ -218,6 +224,7 @@ def conv_rows(rounds, quick):
     for m in sorted({1, n}):
         funcs[f"1d {m}"] = _torch_held(torch, m, mine) if m == n else one_thread(mine)
         funcs[f"torch 1d {m}"] = _torch_held(torch, m, torch_1d)
+        funcs[f"torch 1d cf {m}"] = _torch_held(torch, m, torch_1d_cf)
         funcs[f"2d {m}"] = _torch_held(torch, m, mine_2d) if m == n else one_thread(mine_2d)
         funcs[f"torch 2d {m}"] = _torch_held(torch, m, peg)
     t = interleaved(funcs, rounds=rounds)
@@ -227,7 +234,8 @@ def conv_rows(rounds, quick):
         rows.append((f"conv_positional gelu + x (torch){tail}", f"({b}, {length}, {c}) k={k}",
                      t[f"1d {m}"] * 1e3, "",
                      f"{t[f'torch 1d {m}'] / t[f'1d {m}']:.2f} x faster than torch conv1d("
-                     "groups=C) + gelu + x"))
+                     f"groups=C) + gelu + x (wav2vec2's transposes), "
+                     f"{t[f'torch 1d cf {m}'] / t[f'1d {m}']:.2f} x with channels-first data"))
         rows.append((f"conv_positional_2d + x (torch){tail}",
                      f"({hb}, {hh}, {hw}, {hc}) k={hk}x{hk}", t[f"2d {m}"] * 1e3, "",
                      f"{t[f'torch 2d {m}'] / t[f'2d {m}']:.2f} x faster than torch conv2d("
