@@ -5,7 +5,8 @@ non-decreasing step function of the distance, so its steps are found once on the
 reference's float32 arithmetic with a correctly rounded log, by a bisection per bucket value:
 ``O(buckets)`` memory whatever ``max_distance`` is) and the device only counts the steps below
 each distance (``searchsorted``). Every backend therefore gives the same integers, whatever its
-own ``log`` rounds to, and no ``log(0)`` is ever evaluated.
+own ``log`` rounds to, and no ``log(0)`` is ever evaluated. Distances up to ``LUT_MAX`` are
+read from a host table of those same steps' buckets, one lookup per element.
 
 Integer inputs of every width are accepted: distances, indices and buckets are formed in the
 widest signed integer dtype of the device (``_lib.as_index``), so int8/16/32 minima (``abs``
