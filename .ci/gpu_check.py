@@ -10,14 +10,16 @@ Subcommands (``python .ci/gpu_check.py NAME --help``):
     paths, partial rotary, in place, strided and misaligned views, broadcast tables, sliced
     caches, out-of-range ids (clamped by the kernel, never read outside the cache), a
     frequency set wider than one parameter block and a wide-short ALiBi launch split across
-    blocks. Each result is compared with the generic code in float64 on the host, so a
-    launch that "passes" the sanitizer by doing nothing fails here. It exits non-zero when a
-    case fails or a name expression was not launched. The same cases run without a GPU
-    against tests/cuda_emulation.py (tests/test_gpu_script.py), so their calls are known to
-    be valid before a GPU ever sees them. ``--public`` adds a pass through the public
-    functions with CuPy arrays and torch CUDA tensors (bfloat16 included), each call checked
-    to have reached a kernel; ``--no-pool`` turns CuPy's memory pool off so that every array
-    is its own allocation (compute-sanitizer then sees an overrun past an array's end).
+    blocks, ALiBi of integer and real positions and of a mask, the relative-bias gather from
+    strided tables with clamped ids. Each result is compared with the generic code in float64
+    on the host, so a launch that "passes" the sanitizer by doing nothing fails here. It
+    exits non-zero when a case fails or a name expression was not launched. The same cases
+    run without a GPU against tests/cuda_emulation.py (tests/test_gpu_script.py), so their
+    calls are known to be valid before a GPU ever sees them. ``--public`` adds a pass
+    through the public functions with CuPy arrays and torch CUDA tensors (bfloat16
+    included), each call checked to have reached a kernel; ``--no-pool`` turns CuPy's
+    memory pool off so that every array is its own allocation (compute-sanitizer then sees
+    an overrun past an array's end).
 ``compile``
     Builds the module with NVRTC on the GPU exactly as the driver does, loads every kernel,
     prints the time taken and each kernel's registers and local memory.
@@ -225,6 +227,17 @@ class Cuda:
         return self.driver._alibi_into(slopes, query_len, key_len, mode=mode,
                                        query_offset=None, out=out, storage=storage)
 
+    # the kernels below exist in the layered driver only
+
+    def alibi_bias_from_positions(self, slopes, qp, kp, out, *, mode, lead, storage):
+        return self.driver.alibi_bias_from_positions(slopes, qp, kp, out, mode, lead, storage)
+
+    def alibi_bias_from_mask(self, slopes, counts, out, *, storage):
+        return self.driver.alibi_bias_from_mask(slopes, counts, out, storage)
+
+    def relative_bias(self, table, index, out, *, storage):
+        return self.driver.relative_bias(table, index, out, storage)
+
 
 @functools.lru_cache(maxsize=None)
 def cuda() -> Cuda:
@@ -373,6 +386,60 @@ def _alibi(dev, *, dtype, mode, query_len, key_len):
     check_close(dev.get(got, dtype), exact, dtype, "alibi")
 
 
+def _alibi_positions(dev, *, dtype, mode, kind):
+    from arrpos._backends import _xp
+
+    rng = np.random.default_rng(_seed("alibi_positions", dtype, mode, kind))
+    slopes = 2.0 ** -np.arange(1, 6, dtype=np.float64)
+    sl, sl64 = dev.put(slopes, dtype)
+    if dtype == "bfloat16":
+        sl = dev.cp.asarray(sl64)
+    if kind == "int":  # leading axes (3, 1) and (2,) broadcast to (3, 2)
+        qp, kp = rng.integers(-500, 500, (3, 1, 7)), rng.integers(-500, 500, (2, 300))
+    else:
+        qp, kp = rng.uniform(-500, 500, (3, 2, 7)), rng.uniform(-500, 500, (1, 300))
+    lead = (3, 2)
+    out = dev.empty(lead + (5, 7, 300), dtype)
+    got = cuda().alibi_bias_from_positions(sl, dev.cp.asarray(qp), dev.cp.asarray(kp), out,
+                                           mode=mode, lead=lead, storage=dtype)
+    exact = _xp.alibi_bias_from_positions(sl64, qp, kp, mode=mode, lead=lead, dtype=np.float64,
+                                          xp=_npx())
+    check_close(dev.get(got, dtype), exact, dtype, "alibi_bias_from_positions")
+
+
+def _alibi_mask(dev, *, dtype):
+    from arrpos._backends import _xp
+
+    rng = np.random.default_rng(_seed("alibi_mask", dtype))
+    slopes = 2.0 ** -np.arange(1, 6, dtype=np.float64)
+    sl, sl64 = dev.put(slopes, dtype)
+    if dtype == "bfloat16":
+        sl = dev.cp.asarray(sl64)
+    mask = rng.integers(0, 2, (3, 3000))
+    mask[0, :100] = 0
+    out = dev.empty((3, 5, 1, 3000), dtype)
+    counts = dev.cp.asarray(np.cumsum(mask, axis=-1))
+    got = cuda().alibi_bias_from_mask(sl, counts, out, storage=dtype)
+    exact = _xp.alibi_bias_from_mask(sl64, mask, dtype=np.float64, xp=_npx())
+    check_close(dev.get(got, dtype), exact, dtype, "alibi_bias_from_mask")
+
+
+def _relative_bias(dev, *, dtype, form):
+    rng = np.random.default_rng(_seed("relative_bias", dtype, form))
+    table, t64 = dev.put(rng.uniform(-4, 4, (64, 12)), dtype)
+    index = rng.integers(0, 64, (33, 70))
+    want = index
+    if form == "strided":  # every other row, columns reversed
+        table, t64 = table[::2, ::-1], t64[::2, ::-1]
+        index = want = index % 32
+    elif form == "clamped":  # ids outside the table: clamped by the kernel, never read past it
+        index = index.copy()
+        index[0, :4] = [-1, 64, 10**9, -(10**9)]
+        want = np.clip(index, 0, 63)
+    got = cuda().relative_bias(table, dev.cp.asarray(index), None, storage=dtype)
+    check_close(dev.get(got, dtype), np.moveaxis(t64[want], -1, 0), dtype, "relative_bias")
+
+
 def driver_cases():
     """``[(label, function of a Device)]``: through the CUDA driver, valid under emulation."""
     cases = []
@@ -406,6 +473,13 @@ def driver_cases():
         # one query row against many keys: the launch splits the rows across blocks
         add(f"alibi_bias {dtype} decode row", _alibi, dtype=dtype, mode="causal", query_len=1,
             key_len=5000)
+        for mode in ("causal", "symmetric", "key"):
+            for kind in ("int", "float"):
+                add(f"alibi_bias_from_positions {dtype} {mode} {kind}", _alibi_positions,
+                    dtype=dtype, mode=mode, kind=kind)
+        add(f"alibi_bias_from_mask {dtype}", _alibi_mask, dtype=dtype)
+        for form in ("contiguous", "strided", "clamped"):
+            add(f"relative_bias {dtype} {form}", _relative_bias, dtype=dtype, form=form)
     return cases
 
 
@@ -477,6 +551,22 @@ def public_cases(cp, torch, recorder):
             got = gpu(lambda: arrpos.alibi_bias(slopes, 9, 40, mode=mode))
             check_close(host(got), arrpos.alibi_bias(host(slopes), 9, 40, mode=mode), dtype,
                         f"alibi_bias {mode}")
+        qp, kp = np.array([[3, 1, 8], [0, 5, 2]]), np.arange(40)
+        for mode in ("causal", "symmetric", "key"):
+            got = gpu(lambda: arrpos.alibi_bias_from_positions(slopes, make_ids(qp),
+                                                               make_ids(kp), mode=mode))
+            check_close(host(got), arrpos.alibi_bias_from_positions(host(slopes), qp, kp,
+                                                                    mode=mode),
+                        dtype, f"alibi_bias_from_positions {mode}")
+        mask = np.ones((3, 40), dtype=bool)
+        mask[0, :7] = False
+        got = gpu(lambda: arrpos.alibi_bias_from_mask(slopes, make_ids(mask)))
+        check_close(host(got), arrpos.alibi_bias_from_mask(host(slopes), mask), dtype,
+                    "alibi_bias_from_mask")
+        table = make(rng.uniform(-1, 1, (32, 8)))
+        index = np.abs(np.arange(40)[None, :] - np.arange(9)[:, None]) % 32
+        got = gpu(lambda: arrpos.relative_bias(table, make_ids(index)))
+        check_close(host(got), arrpos.relative_bias(host(table), index), dtype, "relative_bias")
 
     def add(label, fn, **kw):
         cases.append((label, functools.partial(fn, **kw)))

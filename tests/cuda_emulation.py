@@ -317,6 +317,14 @@ class FakeCupy:
         return _fake(np.ascontiguousarray(a, dtype=dtype))
 
     @staticmethod
+    def broadcast_to(a, shape):
+        return _fake(np.broadcast_to(a, shape))
+
+    @staticmethod
+    def cumsum(a, axis=None, dtype=None):
+        return _fake(np.cumsum(a, axis=axis, dtype=dtype))
+
+    @staticmethod
     def may_share_memory(a, b):
         return np.may_share_memory(a, b)
 

@@ -893,3 +893,190 @@ def test_cached_vector_path_gives_the_scalar_bits(cp, monkeypatch, dtype, layout
     exact = _expected("apply_rope_cached", x.value, cc.value, sc.value, np.asarray(ids),
                       layout=layout, inverse=False)
     _assert_rounded_once(_read(fast, dtype), exact, dtype, 3.0)
+
+
+# ------------------------------------------------------------------------------------------
+# ALiBi of positions and of a mask, the relative-bias gather: bit for bit against the generic
+# code (bfloat16, which NumPy lacks: the generic float64 product rounded once to bfloat16)
+
+
+def _bf16_round(v):
+    """float64 -> the nearest bfloat16 (ties to even), as float64: the significand rounded to
+    8 bits with ``rint`` (normal, finite values: the tests' range)."""
+    m, e = np.frexp(np.asarray(v, np.float64))
+    return np.ldexp(np.rint(m * 2.0**8), e - 8)
+
+
+def _slopes(heads):
+    """ALiBi's slopes 2**(-8 k / heads): not powers of two for 12 heads, so products round."""
+    return 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)
+
+
+def _alibi_positions_case(kind):
+    rng = np.random.default_rng(21)
+    if kind == "int":
+        qp = rng.integers(-30000, 30000, size=(2, 1, 5))
+        kp = np.concatenate([qp[..., :2], rng.integers(-30000, 30000, size=(2, 1, 4))], -1)
+        return qp, kp[:1]  # leading axes (2, 1) and (1, 1) broadcast to (2, 1)
+    qp = rng.uniform(-1e4, 1e4, size=(3, 4))
+    kp = np.concatenate([qp[:, :2], [[-0.0, 0.0]] * 3, rng.uniform(-1e4, 1e4, (3, 3))], -1)
+    qp[0, 0] = 0.0  # a zero distance against -0.0 and +0.0 keys
+    return qp, kp
+
+
+@pytest.mark.parametrize("mode", ["causal", "symmetric", "key"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("kind", ["int", "float"])
+def test_alibi_from_positions_matches_generic(cp, mode, dtype, kind):
+    qp, kp = _alibi_positions_case(kind)
+    lead = np.broadcast_shapes(qp.shape[:-1], kp.shape[:-1])
+    slopes = _slopes(12).astype(dtype)
+    got = _cupy.alibi_bias_from_positions(cp.asfake(slopes), cp.asfake(qp), cp.asfake(kp),
+                                          mode=mode, lead=lead, dtype=np.dtype(dtype), xp=cp)
+    ref = _xp.alibi_bias_from_positions(slopes, qp, kp, mode=mode, lead=lead,
+                                        dtype=np.dtype(dtype), xp=npx)
+    assert got.shape == lead + (12, qp.shape[-1], kp.shape[-1]) and got.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(got), ref)
+    np.testing.assert_array_equal(np.signbit(np.asarray(got)), np.signbit(ref))
+    assert cp.launches[-1][0] == driver.kernel_name("alibi_bias_from_positions", dtype)
+
+
+@pytest.mark.parametrize("mode", ["causal", "symmetric", "key"])
+def test_alibi_from_positions_bfloat16_rounds_once(cp, mode):
+    qp, kp = _alibi_positions_case("int")
+    lead = (2, 1)
+    slopes = _bf16_round(_slopes(12))  # bfloat16 slopes, exactly
+    out = cp.empty(lead + (12, 5, 6), np.int16)
+    driver.alibi_bias_from_positions(cp.asfake(slopes), cp.asfake(qp), cp.asfake(kp), out, mode,
+                                     lead, "bfloat16")
+    exact = _xp.alibi_bias_from_positions(slopes, qp, kp, mode=mode, lead=lead,
+                                          dtype=np.float64, xp=npx)
+    np.testing.assert_array_equal(_bf16_value(np.asarray(out)), _bf16_round(exact))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("mask_dtype", [bool, np.int64, np.int32, np.uint8])
+def test_alibi_from_mask_matches_generic(cp, dtype, mask_dtype):
+    rng = np.random.default_rng(22)
+    mask = np.ones((4, 300), dtype=mask_dtype)
+    mask[0, :17] = 0  # left padding
+    mask[1] = 0  # nothing real
+    mask[2] = rng.integers(0, 2, 300)  # holes
+    slopes = _slopes(12).astype(dtype)
+    got = _cupy.alibi_bias_from_mask(cp.asfake(slopes), cp.asfake(mask), dtype=np.dtype(dtype),
+                                     xp=cp)
+    ref = _xp.alibi_bias_from_mask(slopes, mask, dtype=np.dtype(dtype), xp=npx)
+    assert got.shape == (4, 12, 1, 300) and got.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(got), ref)
+    np.testing.assert_array_equal(np.signbit(np.asarray(got)), np.signbit(ref))
+    assert cp.launches[-1][0] == driver.kernel_name("alibi_bias_from_positions", dtype)
+
+
+def test_alibi_from_mask_bfloat16_and_the_float32_limit(cp, monkeypatch):
+    mask = np.array([[0, 0, 1, 1, 1, 1, 1, 1, 1], [1, 1, 0, 1, 1, 1, 1, 1, 1]], bool)
+    slopes = _bf16_round(_slopes(5))
+    counts = cp.asfake(np.cumsum(mask, axis=-1))
+    out = cp.empty((2, 5, 1, 9), np.int16)
+    driver.alibi_bias_from_mask(cp.asfake(slopes), counts, out, "bfloat16")
+    exact = _xp.alibi_bias_from_mask(slopes, mask, dtype=np.float64, xp=npx)
+    np.testing.assert_array_equal(_bf16_value(np.asarray(out)), _bf16_round(exact))
+    # float32 positions past 2**24 are rounded by the generic code before the product: refused
+    monkeypatch.setattr(driver, "_F32_EXACT", 7)
+    launches = len(cp.launches)
+    with pytest.raises(Unsupported):
+        driver.alibi_bias_from_mask(cp.asfake(slopes.astype(np.float32)), counts, None,
+                                    "float32")
+    driver.alibi_bias_from_mask(cp.asfake(slopes), counts, None, "float64")
+    assert len(cp.launches) == launches + 1
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+def test_relative_bias_matches_generic(cp, dtype, index_dtype):
+    rng = np.random.default_rng(23)
+    table = rng.standard_normal((32, 6)).astype(dtype)
+    rel = np.arange(40)[None, :] - np.arange(33)[:, None]  # a T5-style shifted index
+    index = (np.abs(rel) % 32).astype(index_dtype)
+    for t, idx in ((table, index), (table[::-2], index % 16),  # a strided table view
+                   (np.asfortranarray(table), rng.integers(0, 32, (2, 3, 7)))):
+        got = _cupy.relative_bias(cp.asfake(t), cp.asfake(idx), dtype=np.dtype(dtype), xp=cp)
+        ref = _xp.relative_bias(t, idx, dtype=np.dtype(dtype), xp=npx)
+        assert got.shape == (6,) + idx.shape and got.dtype == dtype
+        np.testing.assert_array_equal(np.asarray(got).view(f"u{t.dtype.itemsize}"),
+                                      np.ascontiguousarray(ref).view(f"u{t.dtype.itemsize}"))
+        assert cp.launches[-1][0] == driver.kernel_name("relative_bias", dtype)
+
+
+def test_relative_bias_copies_bits_and_clamps_ids(cp):
+    """bfloat16 (int16 bits, torch's route) and NaN payloads copied as bits; ids outside the
+    table (rejected by the public function first) are clamped, never read outside."""
+    bits = np.arange(-60, 60, dtype=np.int16).reshape(20, 6)
+    bits[3, 2] = np.int16(0x7FC1)  # a NaN with a payload
+    index = np.array([[0, 3, 19], [5, 3, 3]])
+    out = driver.relative_bias(cp.asfake(bits), cp.asfake(index), None, "bfloat16")
+    np.testing.assert_array_equal(np.asarray(out), np.moveaxis(bits[index], -1, 0))
+    nan = np.array([[1.0, np.nan]], np.float32)
+    nan.view(np.uint32)[0, 1] = 0x7FA00001  # a signalling NaN's bits survive the copy
+    got = _cupy.relative_bias(cp.asfake(nan), cp.asfake(np.zeros(3, np.int64)),
+                              dtype=np.dtype(np.float32), xp=cp)
+    assert (np.asarray(got)[1].view(np.uint32) == 0x7FA00001).all()
+    wild = np.array([-5, 0, 19, 20, 10**12])
+    got = np.asarray(driver.relative_bias(cp.asfake(bits), cp.asfake(wild), None, "bfloat16"))
+    np.testing.assert_array_equal(got, np.moveaxis(bits[[0, 0, 19, 19, 19]], -1, 0))
+
+
+def test_new_bias_ops_through_dispatch(cp, monkeypatch):
+    """The dispatcher sends them to the kernels; the ids' and the mask's checks run first (the
+    CUDA driver does not validate them), so a bad value is a ValueError, nothing launched."""
+    table = cp.asfake(np.arange(12.0).reshape(4, 3))
+    index = cp.asfake(np.array([[0, 3], [2, 1]]))
+    arrays = (table, index)
+    assert _cupy.supports("relative_bias", arrays, dtype=np.dtype(np.float64))
+    got = _through_dispatch(monkeypatch, "relative_bias", table, index, arrays=arrays,
+                            dtype=np.dtype(np.float64), check=lambda: None)
+    np.testing.assert_array_equal(np.asarray(got), np.moveaxis(np.asarray(table)[index], -1, 0))
+
+    def bad():
+        raise ValueError("index must lie in [0, 4)")
+    launches = len(cp.launches)
+    with pytest.raises(ValueError, match="index"):
+        _through_dispatch(monkeypatch, "relative_bias", table, index, arrays=arrays,
+                          dtype=np.dtype(np.float64), check=bad)
+    assert len(cp.launches) == launches
+    slopes = cp.asfake(np.array([0.5, 0.25]))
+    mask = cp.asfake(np.array([[0, 1, 1]]))
+    assert _cupy.supports("alibi_bias_from_mask", (slopes, mask), dtype=np.dtype(np.float64))
+    got = _through_dispatch(monkeypatch, "alibi_bias_from_mask", slopes, mask,
+                            arrays=(slopes, mask), dtype=np.dtype(np.float64))
+    np.testing.assert_array_equal(np.asarray(got)[:, :, 0], [[[0, 0, 0.5], [0, 0, 0.25]]])
+    qp = cp.asfake(np.array([2, 0]))
+    arrays = (slopes, qp, qp)
+    assert _cupy.supports("alibi_bias_from_positions", arrays, dtype=np.dtype(np.float32))
+    assert not _cupy.supports("alibi_bias_from_positions", (slopes, qp, np.array([2, 0])),
+                              dtype=np.dtype(np.float32))  # host memory
+    assert len(cp.launches) == launches + 1
+
+
+def test_torch_bridge_bias_ops(bridge, cp):
+    torch, tc = bridge
+    slopes = torch.tensor(_slopes(4)).to(torch.bfloat16)
+    s64 = slopes.double().numpy()
+    qp, kp = torch.tensor([[5, 0, 9]]), torch.arange(7)
+    got = tc.alibi_bias_from_positions(slopes, qp, kp, mode="symmetric", lead=(1,),
+                                       dtype=torch.bfloat16, xp=None)
+    exact = _xp.alibi_bias_from_positions(s64, qp.numpy(), kp.numpy(), mode="symmetric",
+                                          lead=(1,), dtype=np.float64, xp=npx)
+    assert got.dtype == torch.bfloat16 and got.shape == (1, 4, 3, 7)
+    np.testing.assert_array_equal(got.double().numpy(), _bf16_round(exact))
+    mask = torch.tensor([[False, True, True, True], [True, True, False, True]])
+    got = tc.alibi_bias_from_mask(slopes.float(), mask, dtype=torch.float32, xp=None)
+    ref = _xp.alibi_bias_from_mask(s64.astype(np.float32), mask.numpy(), dtype=np.float32,
+                                   xp=npx)
+    assert got.dtype == torch.float32
+    np.testing.assert_array_equal(got.numpy(), ref)
+    table = torch.randn(9, 4, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    index = torch.tensor([[0, 8, 3], [3, 3, 1]], dtype=torch.int32)
+    got = tc.relative_bias(table.t().contiguous().t(), index, dtype=torch.bfloat16, xp=None)
+    assert got.dtype == torch.bfloat16 and got.shape == (4, 2, 3)
+    assert torch.equal(got, table[index.long()].permute(2, 0, 1))
+    assert cp.launches[-1][0] == "arrpos::relative_bias<arrpos::bfloat16>"

@@ -134,12 +134,15 @@ OPS: dict[str, Op] = {op.name: op for op in (
        **dict(_ROTATION, kernel=None)),  # on CUDA: two launches of apply_rope's kernel
     Op("alibi_bias", ("slopes",), arrays=("slopes",), kernel="alibi_bias",
        dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}),
+    # on CUDA: the positions kernel of the mask's cumulative sum (its "mask" mode)
     Op("alibi_bias_from_mask", ("slopes", "attention_mask"),
-       arrays=("slopes", "attention_mask"), dtypes={"host": FLOATS}, validated_by=("host",)),
+       arrays=("slopes", "attention_mask"), kernel="alibi_bias_from_positions",
+       dtypes={"host": FLOATS, "cuda": FLOATS}, validated_by=("host",)),
     Op("alibi_bias_from_positions", ("slopes", "query_positions", "key_positions"),
-       arrays=("slopes", "query_positions", "key_positions"), dtypes={"host": FLOATS}),
-    Op("relative_bias", ("table", "index"), arrays=("table", "index"), dtypes={"host": FLOATS},
-       validated_by=("host",)),
+       arrays=("slopes", "query_positions", "key_positions"),
+       kernel="alibi_bias_from_positions", dtypes={"host": FLOATS, "cuda": FLOATS}),
+    Op("relative_bias", ("table", "index"), arrays=("table", "index"), kernel="relative_bias",
+       dtypes={"host": FLOATS, "cuda": FLOATS}, validated_by=("host",)),
     # both conv_positional forms: x (..., H, W, C), weight (kh, kw, C) (1-D: W = kw = 1)
     Op("conv_positional", ("x", "weight", "bias"), arrays=("x", "weight", "bias"),
        dtypes={"host": FLOATS}),

@@ -13,8 +13,9 @@ import numpy as np
 from .. import ops
 from . import driver
 
-__all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "apply_rope", "apply_rope_cached",
-           "apply_rope_qk", "bind", "cache_clear", "rope_cos_sin", "sinusoid_table",
+__all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
+           "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
+           "bind", "cache_clear", "relative_bias", "rope_cos_sin", "sinusoid_table",
            "supports"]
 
 DRIVER = "cuda"
@@ -112,3 +113,25 @@ def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
     float64 from the slopes and rounded once to ``dtype`` (float16/32/64)."""
     return driver.alibi_bias(slopes, query_len, key_len, None, mode, query_offset,
                              np.dtype(dtype).name)
+
+
+def alibi_bias_from_positions(slopes, query_positions, key_positions, *, mode, lead, dtype,
+                              xp):
+    """Twin of ``_xp.alibi_bias_from_positions`` for CuPy arrays: ``lead + (heads, q, k)``,
+    the distance exact (int64, or float64 for real positions), the product rounded once."""
+    return driver.alibi_bias_from_positions(slopes, query_positions, key_positions, None, mode,
+                                            lead, np.dtype(dtype).name)
+
+
+def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
+    """Twin of ``_xp.alibi_bias_from_mask`` for CuPy arrays: ``(batch, heads, 1, key_len)``
+    from the mask's cumulative sum (a CuPy scan on the device; the mask's 0/1 values were
+    checked before)."""
+    counts = driver.cp().cumsum(attention_mask, axis=-1, dtype=np.int64)
+    return driver.alibi_bias_from_mask(slopes, counts, None, np.dtype(dtype).name)
+
+
+def relative_bias(table, index, *, dtype, xp):
+    """Twin of ``_xp.relative_bias`` for CuPy arrays: ``(heads,) + index.shape``,
+    C-contiguous, the table's bits gathered (ids checked in range before)."""
+    return driver.relative_bias(table, index, None, np.dtype(dtype).name)

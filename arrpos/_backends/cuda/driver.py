@@ -35,9 +35,10 @@ from .. import Unsupported, memory, ops
 __all__ = [
     "ALIBI_MODES", "CXX_TYPES", "FREQ_BLOCK", "FREQ_DTYPE", "INT_OFFSETS_BELOW", "OPTIONS",
     "ROPE_LAYOUTS", "SOURCE_PATH", "STRIDES_DTYPE", "STRIDES_FIELDS", "TABLE_LAYOUTS",
-    "VECTOR_PAIRS", "alibi_bias", "apply_pair", "apply_rope", "apply_rope_cached", "cp",
-    "cuda_source", "forget", "instantiation_source", "kernel", "kernel_name", "kernel_names",
-    "launch", "launch_shape", "module_failure", "module_spec", "plan_apply", "rope_cos_sin",
+    "VECTOR_PAIRS", "alibi_bias", "alibi_bias_from_mask", "alibi_bias_from_positions",
+    "apply_pair", "apply_rope", "apply_rope_cached", "cp", "cuda_source", "forget",
+    "instantiation_source", "kernel", "kernel_name", "kernel_names", "launch", "launch_shape",
+    "module_failure", "module_spec", "plan_apply", "relative_bias", "rope_cos_sin",
     "sinusoid_table",
 ]
 
@@ -611,4 +612,98 @@ def alibi_bias(slopes, query_len: int, key_len: int, out, mode: str, query_offse
         launch(kernel_name("alibi_bias", storage), rows, key_len,
                (out, s64, np.int64(heads), np.int64(query_len), np.int64(key_len),
                 np.int64(offset), np.int32(code)))
+    return out
+
+
+_MASK_MODE = 3  # alibi_bias_from_positions's mode reading a mask's cumulative sum
+_F32_EXACT = 2**24  # integers up to this are exact in float32
+
+
+def alibi_bias_from_positions(slopes, query_positions, key_positions, out, mode: str,
+                              lead: tuple, storage: str):
+    """ALiBi ``lead + (heads, q, k)`` of positions ``(..., q)`` and ``(..., k)`` (real, their
+    leading axes broadcasting to ``lead``; both integer: an exact int64 distance, else a
+    float64 one) into ``out`` (allocated when None), the float64 product rounded once to
+    ``storage``. The positions are broadcast and converted on the device (``lead`` times
+    smaller than the bias). Returns ``out``."""
+    device = _device(slopes, query_positions, key_positions, out)
+    _storage("alibi_bias_from_positions", storage, _holder(storage))
+    code = _code(ALIBI_MODES, mode)
+    qp, kp = query_positions, key_positions
+    if slopes.ndim != 1 or min(qp.ndim, kp.ndim) < 1 or any(
+            a.dtype.kind not in "iuf" for a in (qp, kp)):
+        _refuse("slopes that are not 1-D, or positions that are not real arrays")
+    ints = qp.dtype.kind in "iu" and kp.dtype.kind in "iu"
+    lead = tuple(int(n) for n in lead)
+    heads, q, k = slopes.shape[0], qp.shape[-1], kp.shape[-1]
+    if _broadcast(qp.shape[:-1], kp.shape[:-1], lead) != lead:
+        _refuse("positions whose leading axes do not broadcast to the bias's")
+    with device:
+        out = _table_out(out, lead + (heads, q, k), storage)
+        planes = math.prod(lead)
+        if planes * heads * q == 0 or k == 0:
+            return out
+        cupy = cp()
+        pos = np.int64 if ints else np.float64
+        qd = cupy.ascontiguousarray(cupy.broadcast_to(qp, lead + (q,)), dtype=pos)
+        kd = cupy.ascontiguousarray(cupy.broadcast_to(kp, lead + (k,)), dtype=pos)
+        s64 = cupy.ascontiguousarray(slopes, dtype=np.float64)
+        launch(kernel_name("alibi_bias_from_positions", storage), planes * heads * q, k,
+               (out, s64, qd, kd, np.int64(planes), np.int64(heads), np.int64(q), np.int64(k),
+                np.int32(ints), np.int32(code)))
+    return out
+
+
+def alibi_bias_from_mask(slopes, counts, out, storage: str):
+    """BLOOM's ALiBi ``(batch, heads, 1, k)`` from ``counts``, the inclusive cumulative sum
+    along the keys of a 0/1 ``(batch, k)`` mask (the front-end forms it on the device; the
+    caller has checked the mask), into ``out`` (allocated when None): ``slope * (count - 1)``
+    where the mask is 1, else 0, rounded once to ``storage``. float32 keys past ``2**24 + 1``
+    are refused (the generic code rounds such positions to float32 first). Returns ``out``."""
+    device = _device(slopes, counts, out)
+    _storage("alibi_bias_from_mask", storage, _holder(storage))
+    if slopes.ndim != 1 or counts.ndim != 2 or counts.dtype.kind not in "iu":
+        _refuse("slopes that are not 1-D, or counts that are not a 2-D integer array")
+    b, k = counts.shape
+    heads = slopes.shape[0]
+    if storage == "float32" and k - 1 > _F32_EXACT:
+        _refuse("float32 positions beyond 2**24, which the generic code rounds first")
+    with device:
+        out = _table_out(out, (b, heads, 1, k), storage)
+        if b * heads == 0 or k == 0:
+            return out
+        cupy = cp()
+        c64 = cupy.ascontiguousarray(counts, dtype=np.int64)
+        s64 = cupy.ascontiguousarray(slopes, dtype=np.float64)
+        launch(kernel_name("alibi_bias_from_positions", storage), b * heads, k,
+               (out, s64, c64, c64, np.int64(b), np.int64(heads), np.int64(1), np.int64(k),
+                np.int32(1), np.int32(_MASK_MODE)))
+    return out
+
+
+def relative_bias(table, index, out, storage: str):
+    """``out[h, ...] = table[index[...], h]``: ``(heads,) + index.shape`` (allocated when
+    None) of the 2-D ``table``'s type (its bits copied; ``storage`` its element type), read
+    through its strides, at integer ``index`` of any shape. Ids are clamped into the table in
+    the kernel (the public function has rejected those outside). Returns ``out``."""
+    device = _device(table, index, out)
+    _storage("relative_bias", storage, table.dtype)
+    if table.ndim != 2 or index.dtype.kind not in "iu":
+        _refuse("a table that is not 2-D, or ids that are not integers")
+    buckets, heads = table.shape
+    item = table.dtype.itemsize
+    if any(s % item for s in table.strides):
+        _refuse(f"table strides {table.strides} that are not multiples of the item size")
+    tr, tc = (s // item for s in table.strides)
+    with device:
+        out = _table_out(out, (heads,) + tuple(index.shape), storage)
+        n = math.prod(index.shape)
+        if heads == 0 or n == 0:
+            return out
+        if buckets == 0:
+            _refuse("an empty table")
+        ids = cp().ascontiguousarray(index, dtype=np.int64).reshape(-1)
+        launch(kernel_name("relative_bias", storage), heads, n,
+               (out, table, ids, np.int64(heads), np.int64(n), np.int64(buckets),
+                np.int64(tr), np.int64(tc)))
     return out

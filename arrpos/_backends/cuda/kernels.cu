@@ -1,5 +1,6 @@
 // arrpos CUDA kernels: sinusoid and RoPE tables, fused RoPE application (tables given in full
-// or gathered from half-width caches at position ids), ALiBi bias.
+// or gathered from half-width caches at position ids), the ALiBi bias forms, the relative-bias
+// gather.
 //
 // Compiled at run time by cupy.RawModule (NVRTC) with the options and name expressions of
 // arrpos._backends.cuda.driver.module_spec(); at CI time by .ci/check_nvrtc.sh through the same
@@ -629,6 +630,90 @@ alibi_bias(T *__restrict__ out, const double *__restrict__ slopes, long long hea
             else
                 v = __dmul_rn(slope, (double)j);
             row[j] = num<T>::from_double(v);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ALiBi of given positions: out (lead, heads, q_len, k_len), C-contiguous, from float64 slopes;
+// positions qp (lead, q_len) and kp (lead, k_len), C-contiguous, both int64 (ints != 0: the
+// distance is an exact int64 difference) or both float64 (a float64 difference). With
+// back = k_pos - q_pos: mode 0 causal min(back, 0), 1 symmetric 0 - |back| (+0.0 at 0),
+// 2 key k_pos, 3 BLOOM's mask: kp (int64) holds the inclusive cumulative sum c of a 0/1 mask
+// row, the position is c[j] - 1 where the mask is 1 (c[j] != c[j - 1]) and 0 elsewhere; qp is
+// not read. The product slope * distance is formed in double and rounded once (the host
+// kernels' store_exact; for float32 positions below 2**24 the float32 product itself).
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+alibi_bias_from_positions(T *__restrict__ out, const double *__restrict__ slopes,
+                          const void *__restrict__ qp, const void *__restrict__ kp,
+                          long long lead, long long heads, long long q_len, long long k_len,
+                          int ints, int mode, int chunk)
+{
+    const long long rows = lead * heads * q_len;
+    ARRPOS_FOR_ROWS(r, rows) {
+        const long long plane = r / q_len;  // once per row, not per element
+        const long long i = r - plane * q_len;
+        const long long l = plane / heads;
+        const double slope = slopes[plane - l * heads];
+        T *row = out + r * k_len;
+        if (ints) {
+            const long long *kr = (const long long *)kp + l * k_len;
+            const long long qi = mode < 2 ? ((const long long *)qp)[l * q_len + i] : 0;
+            ARRPOS_FOR_ITEMS(j, k_len, chunk) {
+                const long long kj = kr[j];
+                long long d;
+                if (mode == 2) {
+                    d = kj;
+                } else if (mode == 3) {
+                    d = kj != (j > 0 ? kr[j - 1] : 0) ? kj - 1 : 0;
+                } else {
+                    const long long back = kj - qi;
+                    d = back < 0 ? back : (mode == 0 ? 0 : -back);
+                }
+                row[j] = num<T>::from_double(__dmul_rn(slope, (double)d));
+            }
+        } else {
+            const double *kr = (const double *)kp + l * k_len;
+            const double qi = mode < 2 ? ((const double *)qp)[l * q_len + i] : 0.0;
+            ARRPOS_FOR_ITEMS(j, k_len, chunk) {
+                const double kj = kr[j];
+                double d;
+                if (mode == 2) {
+                    d = kj;
+                } else {
+                    const double back = __dadd_rn(kj, -qi);
+                    if (mode == 0)
+                        d = back < 0 ? back : 0.0;
+                    else  // 0 - |back|: +0.0 where the distance is 0 (either zero's sign)
+                        d = __dadd_rn(0.0, back < 0 ? back : -back);
+                }
+                row[j] = num<T>::from_double(__dmul_rn(slope, d));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Relative-bias gather: out[h, p] = table[index[p], h] for out (heads, n) C-contiguous, int64
+// ids (n,) C-contiguous, and the table (buckets, heads) through its element strides (row tr,
+// column tc). A bit copy, so any storage type. Ids are clamped into [0, buckets) so that no
+// thread reads outside the table; the caller has checked them (a ValueError naming index).
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+relative_bias(T *__restrict__ out, const T *__restrict__ table,
+              const long long *__restrict__ index, long long heads, long long n,
+              long long buckets, long long tr, long long tc, int chunk)
+{
+    ARRPOS_FOR_ROWS(h, heads) {
+        const T *col = table + h * tc;
+        T *row = out + h * n;
+        ARRPOS_FOR_ITEMS(p, n, chunk) {
+            long long id = index[p];
+            id = id < 0 ? 0 : (id >= buckets ? buckets - 1 : id);
+            row[p] = col[id * tr];
         }
     }
 }

@@ -42,8 +42,9 @@ try:
 except (ImportError, AttributeError):  # a torch without torch.library.custom_op and its kin
     torch_ops = None  # type: ignore[assignment]
 
-__all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "apply_rope", "apply_rope_cached",
-           "apply_rope_qk", "bind", "cache_clear", "cupy_available", "rope_cos_sin",
+__all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
+           "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
+           "bind", "cache_clear", "cupy_available", "relative_bias", "rope_cos_sin",
            "sinusoid_table", "supports"]
 
 DRIVER = "cuda"
@@ -321,4 +322,47 @@ def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
     with _on_torch_stream(device):
         driver.alibi_bias(_as_cupy(_float64(slopes)), query_len, key_len, _as_cupy(out), mode,
                           query_offset, _name(dtype))
+    return out
+
+
+def alibi_bias_from_positions(slopes, query_positions, key_positions, *, mode, lead, dtype,
+                              xp):
+    """Twin of ``_xp.alibi_bias_from_positions`` for CUDA tensors (bfloat16 included)."""
+    torch = _torch()
+    qp, kp = query_positions, key_positions
+    ints = not qp.dtype.is_floating_point and not kp.dtype.is_floating_point
+    pos = torch.int64 if ints else torch.float64
+    lead = tuple(lead)
+    out = torch.empty(lead + (slopes.shape[0], qp.shape[-1], kp.shape[-1]), dtype=dtype,
+                      device=slopes.device)
+    with _on_torch_stream(slopes.device):
+        # (converted by torch: CuPy cannot view every integer and float type torch has)
+        driver.alibi_bias_from_positions(_as_cupy(_float64(slopes)), _as_cupy(qp.to(pos)),
+                                         _as_cupy(kp.to(pos)), _as_cupy(out), mode, lead,
+                                         _name(dtype))
+    return out
+
+
+def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
+    """Twin of ``_xp.alibi_bias_from_mask`` for CUDA tensors: the mask's cumulative sum by
+    torch on the device (its 0/1 values were checked before), the bias by the kernel."""
+    torch = _torch()
+    b, k = attention_mask.shape
+    out = torch.empty((b, slopes.shape[0], 1, k), dtype=dtype, device=slopes.device)
+    counts = torch.cumsum(attention_mask, dim=-1, dtype=torch.int64)
+    with _on_torch_stream(slopes.device):
+        driver.alibi_bias_from_mask(_as_cupy(_float64(slopes)), _as_cupy(counts),
+                                    _as_cupy(out), _name(dtype))
+    return out
+
+
+def relative_bias(table, index, *, dtype, xp):
+    """Twin of ``_xp.relative_bias`` for CUDA tensors that need no gradient (those take the
+    generic code, whose ``take`` autograd records): the table's bits gathered."""
+    torch = _torch()
+    out = torch.empty((table.shape[1],) + tuple(index.shape), dtype=table.dtype,
+                      device=table.device)
+    with _on_torch_stream(table.device):
+        driver.relative_bias(_as_cupy(table), _as_cupy(index.to(torch.int64)), _as_cupy(out),
+                             _name(table.dtype))
     return out
