@@ -11,7 +11,8 @@ Subcommands (``python .ci/gpu_check.py NAME --help``):
     caches, out-of-range ids (clamped by the kernel, never read outside the cache), a
     frequency set wider than one parameter block and a wide-short ALiBi launch split across
     blocks, ALiBi of integer and real positions and of a mask, the relative-bias gather from
-    strided tables with clamped ids. Each result is compared with the generic code in float64
+    strided tables with clamped ids, the depthwise convolution (1-D, 2-D, even kernels) with
+    each activation. Each result is compared with the generic code in float64
     on the host, so a launch that "passes" the sanitizer by doing nothing fails here. It
     exits non-zero when a case fails or a name expression was not launched. The same cases
     run without a GPU against tests/cuda_emulation.py (tests/test_gpu_script.py), so their
@@ -238,6 +239,9 @@ class Cuda:
     def relative_bias(self, table, index, out, *, storage):
         return self.driver.relative_bias(table, index, out, storage)
 
+    def conv_positional(self, x, weight, bias, out, *, activation, residual, storage):
+        return self.driver.conv_positional(x, weight, bias, out, activation, residual, storage)
+
 
 @functools.lru_cache(maxsize=None)
 def cuda() -> Cuda:
@@ -440,6 +444,23 @@ def _relative_bias(dev, *, dtype, form):
     check_close(dev.get(got, dtype), np.moveaxis(t64[want], -1, 0), dtype, "relative_bias")
 
 
+def _conv(dev, *, dtype, activation, kernel):
+    from arrpos._backends import _xp
+
+    rng = np.random.default_rng(_seed("conv", dtype, str(activation), str(kernel)))
+    shape = (2, 33, 1, 96) if kernel[1] == 1 else (2, 14, 14, 96)
+    x, x64 = dev.put(rng.uniform(-3, 3, shape), dtype)
+    work = "float64" if dtype == "float64" else "float32"
+    w64 = rng.uniform(-1, 1, kernel + (96,)).astype(work).astype(np.float64)
+    b64 = rng.uniform(-1, 1, 96).astype(work).astype(np.float64)
+    w, b = dev.cp.asarray(w64.astype(work)), dev.cp.asarray(b64.astype(work))
+    got = cuda().conv_positional(x, w, b, None, activation=activation, residual=True,
+                                 storage=dtype)
+    exact = _xp.conv_positional(x64, w64, b64, activation=activation, residual=True,
+                                dtype=np.float64, xp=_npx())
+    check_close(dev.get(got, dtype), exact, dtype, "conv_positional")
+
+
 def driver_cases():
     """``[(label, function of a Device)]``: through the CUDA driver, valid under emulation."""
     cases = []
@@ -480,6 +501,9 @@ def driver_cases():
         add(f"alibi_bias_from_mask {dtype}", _alibi_mask, dtype=dtype)
         for form in ("contiguous", "strided", "clamped"):
             add(f"relative_bias {dtype} {form}", _relative_bias, dtype=dtype, form=form)
+        for activation, kernel in ((None, (3, 3)), ("gelu", (5, 1)), ("tanh", (4, 2))):
+            add(f"conv_positional {dtype} {activation} {kernel}", _conv, dtype=dtype,
+                activation=activation, kernel=kernel)
     return cases
 
 
@@ -567,6 +591,15 @@ def public_cases(cp, torch, recorder):
         index = np.abs(np.arange(40)[None, :] - np.arange(9)[:, None]) % 32
         got = gpu(lambda: arrpos.relative_bias(table, make_ids(index)))
         check_close(host(got), arrpos.relative_bias(host(table), index), dtype, "relative_bias")
+        grid, w2, w1 = make(x0[:, :8]), make(rng.uniform(-1, 1, (3, 3, 32))), make(
+            rng.uniform(-1, 1, (5, 32)))
+        got = gpu(lambda: arrpos.conv_positional_2d(grid, w2))
+        check_close(host(got), arrpos.conv_positional_2d(host(grid), host(w2)), dtype,
+                    "conv_positional_2d")
+        seq = make(x0[:, :, 0])
+        got = gpu(lambda: arrpos.conv_positional(seq, w1, activation="gelu"))
+        check_close(host(got), arrpos.conv_positional(host(seq), host(w1), activation="gelu"),
+                    dtype, "conv_positional")
 
     def add(label, fn, **kw):
         cases.append((label, functools.partial(fn, **kw)))

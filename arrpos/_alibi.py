@@ -231,8 +231,8 @@ def alibi_bias_from_mask(slopes: Array, attention_mask: Array, /) -> Array:
     -----
     BLOOM reshapes the result to ``(batch * heads, 1, key_len)``; reshape it yourself if needed.
     Backend support: the generic Array API kernel (``arrpos._backends._xp``) on every
-    namespace; the dispatcher routes NumPy arrays and torch CPU tensors to a compiled twin
-    (the same values, bit for bit).
+    namespace; the dispatcher routes NumPy arrays and torch CPU tensors to a compiled twin,
+    CuPy arrays and torch CUDA tensors to a CUDA twin (the same values, bit for bit).
 
     Examples
     --------
@@ -313,8 +313,8 @@ def alibi_bias_from_positions(slopes: Array, query_positions: Array, key_positio
     float32 values of x-transformers bit for bit. For packed documents, mask the pairs across
     documents with :func:`packed_mask` (the bias itself does not know the documents).
     Backend support: the generic Array API kernel (``arrpos._backends._xp``) on every
-    namespace; the dispatcher routes NumPy arrays and torch CPU tensors to a compiled twin
-    (the same values, bit for bit).
+    namespace; the dispatcher routes NumPy arrays and torch CPU tensors to a compiled twin,
+    CuPy arrays and torch CUDA tensors to a CUDA twin (the same values, bit for bit).
 
     Examples
     --------

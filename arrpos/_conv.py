@@ -1,7 +1,8 @@
 """Convolutional position encodings: depthwise 1-D (wav2vec2, DeBERTa's ConvLayer) and 2-D
 (CPVT's PEG). Validation and documentation; the sums (shifted multiply-adds on any Array API
 namespace, and the exact GELU's erfc series) are ``_backends._xp.conv_positional``'s, the
-compiled kernels' in ``csrc/conv.inc``.
+compiled kernels' in ``csrc/conv.inc`` and the CUDA kernel's in
+``_backends/cuda/kernels.cu``.
 """
 from __future__ import annotations
 
@@ -87,8 +88,9 @@ def conv_positional(x: Array, weight: Array, bias: Array | None = None, /, *, ax
     (prepend a zero row) to reproduce it. The GELU uses the module's erfc series (~1e-16
     relative in float64, a few ulps in float32).
     Backend support: every Array API namespace (``kernel`` multiply-adds, no convolution
-    op); NumPy arrays and torch CPU tensors without autograd take a compiled kernel with the
-    same sums (the GELU's exp within a few ulps; another ``axis`` than -2 costs a copy).
+    op); NumPy arrays and torch CPU tensors without autograd take a compiled kernel, CuPy
+    arrays and torch CUDA tensors without autograd a CUDA one, with the same sums (the
+    GELU's exp within a few ulps; another ``axis`` than -2 costs a copy).
 
     Examples
     --------
@@ -156,8 +158,9 @@ def conv_positional_2d(x: Array, weight: Array, bias: Array | None = None, /, *,
     Notes
     -----
     Backend support: every Array API namespace (``kh * kw`` multiply-adds, no convolution
-    op); NumPy arrays and torch CPU tensors without autograd take a compiled kernel with the
-    same sums (the GELU's exp within a few ulps).
+    op); NumPy arrays and torch CPU tensors without autograd take a compiled kernel, CuPy
+    arrays and torch CUDA tensors without autograd a CUDA one, with the same sums (the
+    GELU's exp within a few ulps).
 
     Examples
     --------

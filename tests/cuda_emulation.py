@@ -55,6 +55,14 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline float arrpos_emu_fmaf(float a, float b, float c) { return std::fma(a, b, c); }
 static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline long long __double_as_longlong(double d)
+{
+    long long u; std::memcpy(&u, &d, 8); return u;
+}
+static inline double __longlong_as_double(long long u)
+{
+    double d; std::memcpy(&d, &u, 8); return d;
+}
 static inline float arrpos_emu_double2float_rz(double v)
 {
     float f = (float)v;  // round to nearest, then step back towards zero if it went past

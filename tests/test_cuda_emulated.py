@@ -1080,3 +1080,146 @@ def test_torch_bridge_bias_ops(bridge, cp):
     assert got.dtype == torch.bfloat16 and got.shape == (4, 2, 3)
     assert torch.equal(got, table[index.long()].permute(2, 0, 1))
     assert cp.launches[-1][0] == "arrpos::relative_bias<arrpos::bfloat16>"
+
+
+# ------------------------------------------------------------------------------------------
+# conv_positional: the depthwise convolution with bias, activation and residual fused.
+# Without an activation the sums are the generic code's, term by term: bit for bit. The
+# activations' exp is the host kernel's (a few ulps from NumPy's): within the stated bounds
+# of the generic result, and of float64 references (math.erfc, math.tanh).
+
+# |got - generic| <= _CONV_TOL * max(1, |generic|) with an activation: a few ulps of the
+# working type (float32 for 16-bit x) plus one rounding to the storage type
+_CONV_TOL = {"float16": 2**-10, "bfloat16": 2**-7, "float32": 2**-19, "float64": 2**-44}
+
+
+def _conv_case(rng, form, dtype):
+    """``(x, weight, bias)``: a 1-D grid (kw = 1), a 3x3 grid, an even 4x2 kernel (padding
+    one more after than before), a strided view of x."""
+    c = 6
+    if form == "1d":
+        x, w = rng.uniform(-3, 3, (2, 9, 1, c)), rng.uniform(-1, 1, (5, 1, c))
+    elif form == "even":
+        x, w = rng.uniform(-3, 3, (1, 5, 4, c)), rng.uniform(-1, 1, (4, 2, c))
+    else:
+        x, w = rng.uniform(-3, 3, (2, 5, 4, 2 * c)), rng.uniform(-1, 1, (3, 3, c))
+    x = x.astype(dtype)
+    if form == "strided":
+        x = x[..., ::2]  # every other channel: a view with a channel stride of 2
+    elif form != "1d":
+        x = x[..., :c]
+    return x, w.astype(np.float32 if dtype != np.float64 else np.float64), rng.uniform(-1, 1, c)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("activation", [None, "gelu", "tanh"])
+@pytest.mark.parametrize("form", ["1d", "2d", "even", "strided"])
+def test_conv_positional_matches_generic(cp, dtype, activation, form):
+    rng = np.random.default_rng(24)
+    x, w, b = _conv_case(rng, form, dtype)
+    for bias, residual in ((b, True), (None, False)):
+        got = _cupy.conv_positional(cp.asfake(x), cp.asfake(w),
+                                    None if bias is None else cp.asfake(bias),
+                                    activation=activation, residual=residual,
+                                    dtype=np.dtype(dtype), xp=cp)
+        ref = _xp.conv_positional(x, w, bias, activation=activation, residual=residual,
+                                  dtype=np.dtype(dtype), xp=npx)
+        assert got.shape == x.shape and got.dtype == dtype
+        got = np.asarray(got)
+        if activation is None:
+            np.testing.assert_array_equal(got, ref)
+        else:
+            tol = _CONV_TOL[np.dtype(dtype).name]
+            g, r = got.astype(np.float64), ref.astype(np.float64)
+            assert (np.abs(g - r) <= tol * np.maximum(1.0, np.abs(r))).all(), \
+                np.max(np.abs(g - r))
+        assert cp.launches[-1][0] == driver.kernel_name("conv_positional",
+                                                        np.dtype(dtype).name)
+
+
+def test_conv_positional_bfloat16_rounds_once(cp):
+    """bfloat16 (int16 bits, torch's route): the float32 sums rounded once, as the generic
+    code rounds its float32 result."""
+    rng = np.random.default_rng(25)
+    x32 = _bf16_value(_bf16_bits(rng.uniform(-3, 3, (2, 5, 4, 6))))
+    w, b = rng.uniform(-1, 1, (3, 3, 6)).astype(np.float32), rng.uniform(-1, 1, 6)
+    got = driver.conv_positional(cp.asfake(_bf16_bits(x32)), cp.asfake(w), cp.asfake(b), None,
+                                 None, True, "bfloat16")
+    ref = _xp.conv_positional(x32, w, b, activation=None, residual=True,
+                              dtype=np.dtype(np.float32), xp=npx)
+    np.testing.assert_array_equal(np.asarray(got), _bf16_bits(ref))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_activations_against_float64_references(cp, dtype):
+    """A 1x1 identity convolution shows the activations alone: tanh within 4 ulps of
+    ``math.tanh``; GELU within 8 ulps (float32) or 1e-13 relative (float64, the generic
+    series' own accuracy) of ``x erfc(-x / sqrt 2) / 2`` by ``math.erfc``; -0, +0 and NaN
+    kept by tanh."""
+    import math
+
+    v = np.concatenate([np.linspace(-12, 12, 2401), [1e-30, -1e-30, 0.3, -0.3, 1e-8, 40, -40]])
+    x = v.astype(dtype).reshape(-1, 1, 1)
+    xs = x.astype(np.float64).ravel()
+    one = cp.asfake(np.ones((1, 1, 1), dtype))
+    refs = {"tanh": (math.tanh, 4.0, None),
+            "gelu": (lambda t: 0.5 * t * math.erfc(-t / math.sqrt(2)), 8.0,
+                     1e-13 if dtype == np.float64 else None)}
+    for act, (f, ulps, rel) in refs.items():
+        got = np.asarray(_cupy.conv_positional(cp.asfake(x), one, None, activation=act,
+                                               residual=False, dtype=np.dtype(dtype), xp=cp))
+        got = got.astype(np.float64).ravel()
+        ref = np.array([f(t) for t in xs])
+        bound = rel * np.abs(ref) if rel else ulps * np.spacing(np.abs(ref).astype(dtype))
+        assert (np.abs(got - ref) <= bound).all(), (act, np.max(np.abs(got - ref) / bound))
+    special = np.array([-0.0, 0.0, np.nan], dtype).reshape(-1, 1, 1)
+    got = np.asarray(_cupy.conv_positional(cp.asfake(special), one, None, activation="tanh",
+                                           residual=False, dtype=np.dtype(dtype), xp=cp))
+    assert np.signbit(got[0]).all() and not np.signbit(got[1]).any() and np.isnan(got[2]).all()
+
+
+def test_conv_erfc_series_is_the_generic_codes():
+    """The Chebyshev coefficients written out in kernels.cu are ``_xp._ERFC_CHEB``."""
+    import re
+
+    src = driver.cuda_source()
+    body = src[src.index("__device__ __forceinline__ C gelu_c"):]
+    terms = [float(t) for t in re.findall(r"ARRPOS_CLENSHAW\(([-+0-9.e]+)\)", body)]
+    c0 = float(re.search(r"C\((-0\.65\d+)\)", body).group(1))
+    assert terms[::-1] == list(_xp._ERFC_CHEB[1:]) and c0 == _xp._ERFC_CHEB[0]
+
+
+def test_conv_positional_guards(cp):
+    x = cp.asfake(np.zeros((2, 3, 1, 4), np.float32))
+    w = cp.asfake(np.ones((3, 1, 4), np.float32))
+    with pytest.raises(Unsupported):  # weight of another channel count
+        driver.conv_positional(x, cp.asfake(np.ones((3, 1, 5), np.float32)), None, None, None,
+                               True, "float32")
+    with pytest.raises(Unsupported):  # an unknown activation
+        driver.conv_positional(x, w, None, None, "relu", True, "float32")
+    with pytest.raises(Unsupported):  # host memory
+        driver.conv_positional(x, np.ones((3, 1, 4), np.float32), None, None, None, True,
+                               "float32")
+    with pytest.raises(Unsupported):  # x of another type than the storage named
+        driver.conv_positional(x, w, None, None, None, True, "float64")
+    assert not cp.launches
+    empty = _cupy.conv_positional(cp.asfake(np.zeros((0, 3, 1, 4), np.float32)), w, None,
+                                  activation="gelu", residual=True,
+                                  dtype=np.dtype(np.float32), xp=cp)
+    assert empty.shape == (0, 3, 1, 4) and not cp.launches
+
+
+def test_torch_bridge_conv_positional(bridge, cp):
+    torch, tc = bridge
+    g = torch.Generator().manual_seed(3)
+    x = (torch.rand(2, 7, 1, 5, generator=g) * 6 - 3).to(torch.bfloat16)
+    w = torch.rand(3, 1, 5, generator=g, dtype=torch.float64) - 0.5  # converted to float32
+    b = torch.rand(5, generator=g).to(torch.bfloat16)
+    got = tc.conv_positional(x.transpose(0, 1).contiguous().transpose(0, 1), w, b,
+                             activation=None, residual=True, dtype=torch.bfloat16, xp=None)
+    ref = _xp.conv_positional(x.float().numpy(), w.float().numpy(), b.float().numpy(),
+                              activation=None, residual=True, dtype=np.dtype(np.float32),
+                              xp=npx)
+    assert got.dtype == torch.bfloat16 and got.shape == x.shape
+    assert torch.equal(got, torch.from_numpy(ref).to(torch.bfloat16))
+    assert cp.launches[-1][0] == "arrpos::conv_positional<arrpos::bfloat16>"

@@ -145,7 +145,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        dtypes={"host": FLOATS, "cuda": FLOATS}, validated_by=("host",)),
     # both conv_positional forms: x (..., H, W, C), weight (kh, kw, C) (1-D: W = kw = 1)
     Op("conv_positional", ("x", "weight", "bias"), arrays=("x", "weight", "bias"),
-       dtypes={"host": FLOATS}),
+       kernel="conv_positional", dtypes={"host": FLOATS, "cuda": FLOATS}),
     # the generic code's alone (no driver has them); listed for their slots
     Op("rope_cos_sin_mixed", ("positions", "inv_freq"), arrays=("positions", "inv_freq"),
        outputs=(("cos", None), ("sin", None))),

@@ -79,8 +79,9 @@ def relative_bias(table: Array, index: Array, /) -> Array:
     Notes
     -----
     Backend support: generic Array API code (one ``take``) on every namespace; the dispatcher
-    routes NumPy arrays and torch CPU tensors to a compiled gather (the same values, bit for
-    bit; its result is C-contiguous, the generic one a transposed view).
+    routes NumPy arrays and torch CPU tensors to a compiled gather, CuPy arrays and torch
+    CUDA tensors without autograd to a CUDA one (the same values, bit for bit; their result
+    is C-contiguous, the generic one a transposed view).
 
     Examples
     --------

@@ -15,8 +15,8 @@ from . import driver
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
-           "bind", "cache_clear", "relative_bias", "rope_cos_sin", "sinusoid_table",
-           "supports"]
+           "bind", "cache_clear", "conv_positional", "relative_bias", "rope_cos_sin",
+           "sinusoid_table", "supports"]
 
 DRIVER = "cuda"
 # ``supports`` reads each call's devices and their build state
@@ -135,3 +135,11 @@ def relative_bias(table, index, *, dtype, xp):
     """Twin of ``_xp.relative_bias`` for CuPy arrays: ``(heads,) + index.shape``,
     C-contiguous, the table's bits gathered (ids checked in range before)."""
     return driver.relative_bias(table, index, None, np.dtype(dtype).name)
+
+
+def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
+    """Twin of ``_xp.conv_positional`` for CuPy arrays: ``x``'s shape and dtype, C-contiguous;
+    the host kernel's sums and activations (the GELU's and float32 tanh's exp within a few
+    ulps of the generic code's)."""
+    return driver.conv_positional(x, weight, bias, None, activation, residual,
+                                  np.dtype(dtype).name)

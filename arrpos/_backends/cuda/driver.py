@@ -26,6 +26,7 @@ import math
 import pathlib
 import threading
 import warnings
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import numpy as np
@@ -36,7 +37,8 @@ __all__ = [
     "ALIBI_MODES", "CXX_TYPES", "FREQ_BLOCK", "FREQ_DTYPE", "INT_OFFSETS_BELOW", "OPTIONS",
     "ROPE_LAYOUTS", "SOURCE_PATH", "STRIDES_DTYPE", "STRIDES_FIELDS", "TABLE_LAYOUTS",
     "VECTOR_PAIRS", "alibi_bias", "alibi_bias_from_mask", "alibi_bias_from_positions",
-    "apply_pair", "apply_rope", "apply_rope_cached", "cp", "cuda_source", "forget",
+    "apply_pair", "apply_rope", "apply_rope_cached", "conv_positional", "cp", "cuda_source",
+    "forget",
     "instantiation_source", "kernel", "kernel_name", "kernel_names", "launch", "launch_shape",
     "module_failure", "module_spec", "plan_apply", "relative_bias", "rope_cos_sin",
     "sinusoid_table",
@@ -379,7 +381,7 @@ def _holder(dtype_name: str) -> str:
     return _HOLDER_DTYPE.get(dtype_name, dtype_name)
 
 
-def _code(table: dict[str, int], value) -> int:
+def _code(table: Mapping[Any, int], value) -> int:
     code = table.get(value)
     if code is None:
         _refuse(f"no kernel layout or mode {value!r}")
@@ -706,4 +708,41 @@ def relative_bias(table, index, out, storage: str):
         launch(kernel_name("relative_bias", storage), heads, n,
                (out, table, ids, np.int64(heads), np.int64(n), np.int64(buckets),
                 np.int64(tr), np.int64(tc)))
+    return out
+
+
+_ACTIVATIONS = {None: 0, "gelu": 1, "tanh": 2}
+
+
+def conv_positional(x, weight, bias, out, activation, residual: bool, storage: str):
+    """The depthwise convolution of ``x (..., H, W, C)`` with ``weight (kh, kw, C)`` (zero
+    padding ``(k - 1) // 2`` before), ``+ bias (C,)`` (None: none), the activation (None,
+    "gelu", "tanh"), ``+ x`` if ``residual``, summed in the working type (float64 for float64
+    ``x``, else float32; weight and bias converted to it on the device) and rounded once to
+    ``storage``, into ``out`` (allocated when None; C-contiguous, ``x``'s shape). A ``x`` that
+    is not C-contiguous is copied on the device first. Returns ``out``."""
+    device = _device(x, weight, bias, out)
+    _storage("conv_positional", storage, x.dtype)
+    act = _code(_ACTIVATIONS, activation)
+    if x.ndim < 3 or weight.ndim != 3 or weight.shape[2] != x.shape[-1] or (
+            bias is not None and tuple(bias.shape) != (x.shape[-1],)):
+        _refuse("x, weight or bias of shapes the convolution kernel does not read")
+    kh, kw = int(weight.shape[0]), int(weight.shape[1])
+    h, w, c = (int(n) for n in x.shape[-3:])
+    if min(kh, kw) < 1 or max(kh, kw) >= INT_OFFSETS_BELOW:
+        _refuse("an empty or oversized kernel")
+    work = np.float64 if storage == "float64" else np.float32
+    with device:
+        out = _table_out(out, tuple(x.shape), storage)
+        outer = math.prod(x.shape[:-3])
+        if outer * h * w == 0 or c == 0:
+            return out
+        cupy = cp()
+        xc = cupy.ascontiguousarray(x)
+        wc = cupy.ascontiguousarray(weight, dtype=work)
+        bc = wc if bias is None else cupy.ascontiguousarray(bias, dtype=work)
+        launch(kernel_name("conv_positional", storage), outer * h * w, c,
+               (out, xc, wc, bc, np.int64(outer), np.int64(h), np.int64(w), np.int64(c),
+                np.int32(kh), np.int32(kw), np.int32((kh - 1) // 2), np.int32((kw - 1) // 2),
+                np.int32(bias is not None), np.int32(act), np.int32(bool(residual))))
     return out

@@ -1,6 +1,6 @@
 // arrpos CUDA kernels: sinusoid and RoPE tables, fused RoPE application (tables given in full
 // or gathered from half-width caches at position ids), the ALiBi bias forms, the relative-bias
-// gather.
+// gather, the depthwise convolution of the convolutional position encodings.
 //
 // Compiled at run time by cupy.RawModule (NVRTC) with the options and name expressions of
 // arrpos._backends.cuda.driver.module_spec(); at CI time by .ci/check_nvrtc.sh through the same
@@ -88,6 +88,68 @@ __device__ __forceinline__ float neg(float a)  // a sign flip: neg.f32 would be 
 __device__ __forceinline__ double neg(double a) { return -a; }
 __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 __device__ __forceinline__ double fma_rn(double a, double b, double c) { return __fma_rn(a, b, c); }
+
+__device__ __forceinline__ float add_rn(float a, float b)
+{
+#ifdef ARRPOS_EMULATED
+    return a + b;
+#else
+    float r;
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#endif
+}
+
+__device__ __forceinline__ float div_rn(float a, float b)
+{
+#ifdef ARRPOS_EMULATED
+    return a / b;
+#else
+    float r;
+    asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#endif
+}
+
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ double div_rn(double a, double b)
+{
+#ifdef ARRPOS_EMULATED
+    return a / b;
+#else
+    return __ddiv_rn(a, b);
+#endif
+}
+template <typename C> __device__ __forceinline__ C sub_rn(C a, C b) { return add_rn(a, neg(b)); }
+
+// float comparisons through explicit setp: under -ftz=true a C++ comparison or a clamp the
+// compiler turns into min/max would flush subnormal operands
+__device__ __forceinline__ bool lt(float a, float b)
+{
+#ifdef ARRPOS_EMULATED
+    return a < b;
+#else
+    unsigned int r;
+    asm("{\n\t.reg .pred p;\n\tsetp.lt.f32 p, %1, %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(r) : "f"(a), "f"(b));
+    return r != 0;
+#endif
+}
+
+__device__ __forceinline__ bool le(float a, float b)
+{
+#ifdef ARRPOS_EMULATED
+    return a <= b;
+#else
+    unsigned int r;
+    asm("{\n\t.reg .pred p;\n\tsetp.le.f32 p, %1, %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(r) : "f"(a), "f"(b));
+    return r != 0;
+#endif
+}
+
+__device__ __forceinline__ bool lt(double a, double b) { return a < b; }
+__device__ __forceinline__ bool le(double a, double b) { return a <= b; }
 
 // ---------------------------------------------------------------------------------------------
 // Conversions. 16-bit types compute in float and round once on store; from double they round
@@ -714,6 +776,217 @@ relative_bias(T *__restrict__ out, const T *__restrict__ table,
             long long id = index[p];
             id = id < 0 ? 0 : (id >= buckets ? buckets - 1 : id);
             row[p] = col[id * tr];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Depthwise convolution (conv_positional, conv_positional_2d): x and out (outer, H, W, C),
+// C-contiguous, of T; weights (kh, kw, C) and bias (C,) of T's compute type C (float32 for
+// 16-bit x). Each output is the host kernel's (csrc/conv.inc) operation for operation, every
+// sum and product rounded as written: the taps summed in the order a over kh, b over kw (a tap
+// outside the grid adds 0 * weight), + bias, the activation, + x, one rounding to T. The
+// activations use the host kernel's exp (exp_c), erfc series and float32 tanh; float64 tanh is
+// this file's own (a few ulps from the host's std::tanh).
+
+// exp: Cody-Waite reduction and cephes' float polynomial (a degree-13 Taylor series in double),
+// scaled by 2**n in two halves (subnormal results and overflow to inf right); NaN stays NaN.
+__device__ __forceinline__ float exp_c(float x)
+{
+    x = lt(x, -104.0f) ? -104.0f : (lt(89.0f, x) ? 89.0f : x);
+    const float magic = 12582912.0f;  // 1.5 * 2**23: adding it rounds to an integer
+    const float kd = add_rn(mul_rn(x, 1.44269504088896341f), magic);
+    const float n = sub_rn(kd, magic);
+    const int ni = (int)__float_as_uint(kd) - (int)__float_as_uint(magic);
+    const int n1 = ni >> 1, n2 = ni - n1;
+    const float r = sub_rn(sub_rn(x, mul_rn(n, 0.693359375f)), mul_rn(n, -2.12194440e-4f));
+    const float z = mul_rn(r, r);
+    float p = add_rn(mul_rn(1.9875691500e-4f, r), 1.3981999507e-3f);
+    p = add_rn(mul_rn(p, r), 8.3334519073e-3f);
+    p = add_rn(mul_rn(p, r), 4.1665795894e-2f);
+    p = add_rn(mul_rn(p, r), 1.6666665459e-1f);
+    p = add_rn(mul_rn(p, r), 5.0000001201e-1f);
+    const float y = add_rn(add_rn(mul_rn(p, z), r), 1.0f);
+    const float s1 = __uint_as_float((unsigned int)(n1 + 127) << 23);
+    const float s2 = __uint_as_float((unsigned int)(n2 + 127) << 23);
+    return mul_rn(mul_rn(y, s1), s2);
+}
+
+__device__ __forceinline__ double exp_c(double x)
+{
+    x = lt(x, -746.0) ? -746.0 : (lt(710.0, x) ? 710.0 : x);
+    const double magic = 6755399441055744.0;  // 1.5 * 2**52
+    const double kd = add_rn(mul_rn(x, 1.4426950408889634), magic);
+    const double n = sub_rn(kd, magic);
+    const long long ni = __double_as_longlong(kd) - __double_as_longlong(magic);
+    const long long n1 = ni >> 1, n2 = ni - n1;
+    const double r = sub_rn(sub_rn(x, mul_rn(n, 6.93145751953125e-1)),
+                            mul_rn(n, 1.42860682030941723212e-6));
+    double y = 1.0 / 6227020800.0;  // 1/13!
+    y = add_rn(mul_rn(y, r), 1.0 / 479001600.0);
+    y = add_rn(mul_rn(y, r), 1.0 / 39916800.0);
+    y = add_rn(mul_rn(y, r), 1.0 / 3628800.0);
+    y = add_rn(mul_rn(y, r), 1.0 / 362880.0);
+    y = add_rn(mul_rn(y, r), 1.0 / 40320.0);
+    y = add_rn(mul_rn(y, r), 1.0 / 5040.0);
+    y = add_rn(mul_rn(y, r), 1.0 / 720.0);
+    y = add_rn(mul_rn(y, r), 1.0 / 120.0);
+    y = add_rn(mul_rn(y, r), 1.0 / 24.0);
+    y = add_rn(mul_rn(y, r), 1.0 / 6.0);
+    y = add_rn(mul_rn(y, r), 0.5);
+    y = add_rn(add_rn(mul_rn(mul_rn(y, r), r), r), 1.0);
+    const double s1 = __longlong_as_double((long long)((unsigned long long)(n1 + 1023) << 52));
+    const double s2 = __longlong_as_double((long long)((unsigned long long)(n2 + 1023) << 52));
+    return mul_rn(mul_rn(y, s1), s2);
+}
+
+// The exact GELU x Phi(x) = x erfc(-x / sqrt 2) / 2: erfc(z) = t exp(-z^2 + f(t)), t = 2 / (2
+// + z), f a 30-term Chebyshev series (arrpos/_backends/_xp.py's _ERFC_CHEB, rounded to C)
+// summed by Clenshaw; exp(-z^2) from an exact split of z.
+template <typename C>
+__device__ __forceinline__ C gelu_c(C v)
+{
+    C a = lt(v, C(0)) ? neg(v) : v;
+    a = lt(C(64), a) ? C(64) : a;
+    const C z = mul_rn(a, C(0.7071067811865475));
+    const C t = div_rn(C(2), add_rn(C(2), z));
+    const C y2 = mul_rn(C(2), sub_rn(mul_rn(C(2), t), C(1)));
+    C d = C(0), dd = C(0);
+#define ARRPOS_CLENSHAW(c)                                                                       \
+    {                                                                                            \
+        const C nd = add_rn(sub_rn(mul_rn(y2, d), dd), C(c));                                    \
+        dd = d;                                                                                  \
+        d = nd;                                                                                  \
+    }
+    ARRPOS_CLENSHAW(2.3281042579529253e-18)
+    ARRPOS_CLENSHAW(5.003005559445902e-20)
+    ARRPOS_CLENSHAW(-2.816663087747177e-17)
+    ARRPOS_CLENSHAW(1.210237189224279e-16)
+    ARRPOS_CLENSHAW(-9.457494571291233e-17)
+    ARRPOS_CLENSHAW(-1.5230282014571043e-15)
+    ARRPOS_CLENSHAW(7.106097613609237e-15)
+    ARRPOS_CLENSHAW(3.810905255189232e-16)
+    ARRPOS_CLENSHAW(-1.1270822361367252e-13)
+    ARRPOS_CLENSHAW(3.130921399342958e-13)
+    ARRPOS_CLENSHAW(8.944879273090725e-13)
+    ARRPOS_CLENSHAW(-6.886027526497553e-12)
+    ARRPOS_CLENSHAW(2.3940380830391146e-12)
+    ARRPOS_CLENSHAW(9.646791102015527e-11)
+    ARRPOS_CLENSHAW(-2.273651222931836e-10)
+    ARRPOS_CLENSHAW(-9.91364156493033e-10)
+    ARRPOS_CLENSHAW(5.059343495551469e-09)
+    ARRPOS_CLENSHAW(6.5290544390988515e-09)
+    ARRPOS_CLENSHAW(-8.523809591492654e-08)
+    ARRPOS_CLENSHAW(1.5626441722066142e-08)
+    ARRPOS_CLENSHAW(1.3036558355805232e-06)
+    ARRPOS_CLENSHAW(-1.6242900046470256e-06)
+    ARRPOS_CLENSHAW(-2.0278578112534242e-05)
+    ARRPOS_CLENSHAW(4.252332480690777e-05)
+    ARRPOS_CLENSHAW(0.00036683949785276145)
+    ARRPOS_CLENSHAW(-0.0009465953444820369)
+    ARRPOS_CLENSHAW(-0.009561514786808632)
+    ARRPOS_CLENSHAW(0.019476473204185836)
+    ARRPOS_CLENSHAW(0.6419697923564902)
+#undef ARRPOS_CLENSHAW
+    const C f = add_rn(sub_rn(mul_rn(mul_rn(C(0.5), y2), d), dd), C(-0.6513268598908547));
+    const C split = sizeof(C) == 8 ? C(134217729.0) : C(4097.0);
+    const C s = mul_rn(split, a);
+    const C hi = sub_rn(s, sub_rn(s, a));
+    const C lo = sub_rn(a, hi);
+    const C big = mul_rn(mul_rn(hi, hi), C(0.5));
+    const C small = mul_rn(mul_rn(lo, add_rn(a, hi)), C(0.5));
+    const C e = mul_rn(mul_rn(t, exp_c(sub_rn(f, small))), exp_c(neg(big)));
+    const C erfc = le(v, C(0)) ? e : sub_rn(C(2), e);
+    const C vc = lt(v, C(-64)) ? C(-64) : v;
+    return mul_rn(mul_rn(C(0.5), vc), erfc);
+}
+
+// float32 tanh (the host kernel's): an odd Taylor polynomial below |x| = 0.3,
+// 1 - 2 / (exp(2|x|) + 1) above; NaN and -0 kept.
+__device__ __forceinline__ float tanh_c(float x)
+{
+    const float a = lt(x, 0.0f) ? neg(x) : x;
+    const float e = exp_c(mul_rn(2.0f, lt(20.0f, a) ? 20.0f : a));
+    const float x2 = mul_rn(x, x);
+    float p = -929569.0f / 638512875.0f;
+    p = add_rn(mul_rn(p, x2), 21844.0f / 6081075.0f);
+    p = add_rn(mul_rn(p, x2), neg(1382.0f / 155925.0f));
+    p = add_rn(mul_rn(p, x2), 62.0f / 2835.0f);
+    p = add_rn(mul_rn(p, x2), neg(17.0f / 315.0f));
+    p = add_rn(mul_rn(p, x2), 2.0f / 15.0f);
+    p = add_rn(mul_rn(p, x2), neg(1.0f / 3.0f));
+    const float small = add_rn(x, mul_rn(x, mul_rn(x2, p)));
+    const float big = sub_rn(1.0f, div_rn(2.0f, add_rn(e, 1.0f)));
+    const float r = lt(a, 0.3f) ? small : (lt(x, 0.0f) ? neg(big) : big);
+    const unsigned int mag = __float_as_uint(x) & 0x7fffffffu;
+    return (mag > 0x7f800000u || mag == 0) ? x : r;  // NaN, +0 and -0 as they are
+}
+
+// float64: the odd Taylor series to x**25 below |x| = 0.3 (the first term dropped is under
+// 1e-18 relative there), 1 - 2 / (exp(2|x|) + 1) above (a few ulps: the subtraction loses
+// under two bits at 0.3). Not the device library's tanh, whose PTX holds .ftz instructions.
+__device__ __forceinline__ double tanh_c(double x)
+{
+    const double a = x < 0.0 ? -x : x;
+    const double x2 = mul_rn(x, x);
+    double p = 58870668456604.0 / 3698160658676859375.0;
+    p = add_rn(mul_rn(p, x2), -113927491862.0 / 2900518163668125.0);
+    p = add_rn(mul_rn(p, x2), 18888466084.0 / 194896477400625.0);
+    p = add_rn(mul_rn(p, x2), -443861162.0 / 1856156927625.0);
+    p = add_rn(mul_rn(p, x2), 6404582.0 / 10854718875.0);
+    p = add_rn(mul_rn(p, x2), -929569.0 / 638512875.0);
+    p = add_rn(mul_rn(p, x2), 21844.0 / 6081075.0);
+    p = add_rn(mul_rn(p, x2), -1382.0 / 155925.0);
+    p = add_rn(mul_rn(p, x2), 62.0 / 2835.0);
+    p = add_rn(mul_rn(p, x2), -17.0 / 315.0);
+    p = add_rn(mul_rn(p, x2), 2.0 / 15.0);
+    p = add_rn(mul_rn(p, x2), -1.0 / 3.0);
+    if (a < 0.3)
+        return x == 0.0 ? x : add_rn(x, mul_rn(x, mul_rn(x2, p)));  // -0 stays -0
+    const double e = exp_c(mul_rn(2.0, a > 20.0 ? 20.0 : a));  // tanh is 1 from 19.1 on
+    const double big = sub_rn(1.0, div_rn(2.0, add_rn(e, 1.0)));
+    return x != x ? x : (x < 0.0 ? -big : big);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+conv_positional(T *__restrict__ out, const T *__restrict__ x,
+                const typename num<T>::acc *__restrict__ w,
+                const typename num<T>::acc *__restrict__ bias, long long outer, long long H,
+                long long W, long long C, int kh, int kw, int top, int left, int has_bias,
+                int act, int residual, int chunk)
+{
+    typedef typename num<T>::acc acc_t;
+    const long long rows = outer * H * W;
+    ARRPOS_FOR_ROWS(r, rows) {
+        const long long ow = r / W;  // once per pixel: (o, h) and w
+        const long long wc = r - ow * W;
+        const long long o = ow / H;
+        const long long hc = ow - o * H;
+        const T *plane = x + o * H * W * C;
+        ARRPOS_FOR_ITEMS(c, C, chunk) {
+            acc_t s = acc_t(0);
+            for (int a = 0; a < kh; ++a) {
+                const long long hh = hc + a - top;
+                for (int b = 0; b < kw; ++b) {
+                    const long long ww = wc + b - left;
+                    const acc_t wv = w[((long long)a * kw + b) * C + c];
+                    const acc_t xv = hh >= 0 && hh < H && ww >= 0 && ww < W
+                                         ? num<T>::load(plane[(hh * W + ww) * C + c])
+                                         : acc_t(0);
+                    const acc_t term = mul_rn(xv, wv);
+                    s = a == 0 && b == 0 ? term : add_rn(s, term);
+                }
+            }
+            if (has_bias)
+                s = add_rn(s, bias[c]);
+            if (act == 1)
+                s = gelu_c(s);
+            else if (act == 2)
+                s = tanh_c(s);
+            if (residual)
+                s = add_rn(s, num<T>::load(x[r * C + c]));
+            out[r * C + c] = num<T>::store(s);
         }
     }
 }

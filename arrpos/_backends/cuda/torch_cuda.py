@@ -44,8 +44,8 @@ except (ImportError, AttributeError):  # a torch without torch.library.custom_op
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
-           "bind", "cache_clear", "cupy_available", "relative_bias", "rope_cos_sin",
-           "sinusoid_table", "supports"]
+           "bind", "cache_clear", "conv_positional", "cupy_available", "relative_bias",
+           "rope_cos_sin", "sinusoid_table", "supports"]
 
 DRIVER = "cuda"
 # ``supports`` reads each call's autograd state, trace, devices and build state
@@ -365,4 +365,20 @@ def relative_bias(table, index, *, dtype, xp):
     with _on_torch_stream(table.device):
         driver.relative_bias(_as_cupy(table), _as_cupy(index.to(torch.int64)), _as_cupy(out),
                              _name(table.dtype))
+    return out
+
+
+def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
+    """Twin of ``_xp.conv_positional`` for CUDA tensors that need no gradient (bfloat16
+    included): weight and bias converted by torch to the working type (float64 for float64
+    ``x``, else float32), ``x`` made contiguous by torch."""
+    torch = _torch()
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    out = torch.empty(tuple(x.shape), dtype=x.dtype, device=x.device)
+    w = weight.to(work).contiguous()
+    b = None if bias is None else bias.to(work).contiguous()
+    with _on_torch_stream(x.device):
+        driver.conv_positional(_as_cupy(x.contiguous()), _as_cupy(w),
+                               None if b is None else _as_cupy(b), _as_cupy(out), activation,
+                               residual, _name(x.dtype))
     return out
