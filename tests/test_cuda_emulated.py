@@ -1223,3 +1223,23 @@ def test_torch_bridge_conv_positional(bridge, cp):
     assert got.dtype == torch.bfloat16 and got.shape == x.shape
     assert torch.equal(got, torch.from_numpy(ref).to(torch.bfloat16))
     assert cp.launches[-1][0] == "arrpos::conv_positional<arrpos::bfloat16>"
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("activation", ["gelu", "tanh"])
+def test_conv_positional_equals_the_cpu_kernel(cp, dtype, activation):
+    """float32 arithmetic (float16 storage included): the CUDA kernel's activations are the
+    CPU kernel's, operation for operation, so the results agree bit for bit (float64 tanh
+    differs: the CPU kernel calls the C library's)."""
+    from arrpos import _dispatch
+
+    host = _dispatch.front_end("host.numpy")
+    if host is None:
+        pytest.skip("the compiled CPU kernels are not built or are disabled")
+    rng = np.random.default_rng(26)
+    x, w, b = _conv_case(rng, "2d", dtype)
+    got = _cupy.conv_positional(cp.asfake(x), cp.asfake(w), cp.asfake(b), activation=activation,
+                                residual=True, dtype=np.dtype(dtype), xp=cp)
+    ref = host.conv_positional(x, w, b, activation=activation, residual=True,
+                               dtype=np.dtype(dtype), xp=npx)
+    np.testing.assert_array_equal(np.asarray(got), ref)
