@@ -1243,3 +1243,32 @@ def test_conv_positional_equals_the_cpu_kernel(cp, dtype, activation):
     ref = host.conv_positional(x, w, b, activation=activation, residual=True,
                                dtype=np.dtype(dtype), xp=npx)
     np.testing.assert_array_equal(np.asarray(got), ref)
+
+
+def test_new_ops_make_no_host_copies_or_synchronisation(cp, monkeypatch):
+    """Graph-capture safety of the bias and convolution twins: their conversions (ids to
+    int64, positions broadcast, weights to the working type) and the mask's scan stay on the
+    device."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a host-to-device copy or a synchronisation")
+
+    monkeypatch.setattr(cp.cuda, "get_current_stream", forbidden, raising=False)
+    monkeypatch.setattr(cp, "asarray", lambda a, dtype=None: (
+        cp.asfake(np.asarray(a, dtype=dtype)) if isinstance(a, cuda_emulation.FakeArray)
+        else forbidden()))
+    real_contiguous = cp.ascontiguousarray
+    monkeypatch.setattr(cp, "ascontiguousarray", lambda a, dtype=None: (
+        real_contiguous(a, dtype=dtype) if isinstance(a, cuda_emulation.FakeArray)
+        else forbidden()))
+    slopes = cp.asfake(np.array([0.5, 0.25], np.float32))
+    pos = cp.asfake(np.array([[0, 3, 1]], np.int32))
+    _cupy.alibi_bias_from_positions(slopes, pos, pos, mode="causal", lead=(1,),
+                                    dtype=np.dtype(np.float32), xp=cp)
+    _cupy.alibi_bias_from_mask(slopes, cp.asfake(np.array([[0, 1, 1]], bool)),
+                               dtype=np.dtype(np.float32), xp=cp)
+    _cupy.relative_bias(cp.asfake(np.ones((4, 2), np.float32)), pos,
+                        dtype=np.dtype(np.float32), xp=cp)
+    x = cp.asfake(np.ones((2, 3, 1, 4), np.float16))
+    _cupy.conv_positional(x, cp.asfake(np.ones((3, 1, 4))), cp.asfake(np.ones(4)),
+                          activation="gelu", residual=True, dtype=np.dtype(np.float16), xp=cp)
+    assert len(cp.launches) == 4
