@@ -31,10 +31,11 @@ def _no_rotation(x, cos, sin):
 
 
 def _cases(da, place=lambda a: a):
-    """name, size, NumPy call, Dask graph builder (called inside the timing), and Dask's
-    floor: a graph of the same inputs and output chunks whose tasks do no work. ``place``
-    puts the Dask inputs where they live (``client.persist``: on the workers, as real data
-    is)."""
+    """name, size, NumPy call, Dask graph builder (called inside the timing), Dask's floor: a
+    graph of the same inputs and output chunks whose tasks do no work, and Dask's own
+    ``ones(shape, chunks) * 1`` of the output's shape, chunks and dtype (one table for
+    rope_cos_sin's pair). ``place`` puts the Dask inputs where they live (``client.persist``:
+    on the workers, as real data is)."""
     rng = np.random.default_rng(0)
     inv, _ = arrpos.rope_frequencies(SHAPE[-1])
     n, chunk, dim = SIN
@@ -57,14 +58,17 @@ def _cases(da, place=lambda a: a):
     return [
         ("sinusoidal", f"({n}, {dim}) f64, chunks {chunk}",
          lambda: arrpos.sinusoidal(pos, dim), lambda: arrpos.sinusoidal(dpos, dim),
-         lambda: no_table(dpos, dim, np.float64)),
+         lambda: no_table(dpos, dim, np.float64),
+         lambda: da.ones((n, dim), chunks=(chunk, dim), dtype=np.float64) * 1),
         ("rope_cos_sin", f"({tn}, {width}) x2 f32, chunks {tchunk}",
          lambda: arrpos.rope_cos_sin(tpos, inv_t, dtype=np.float32),
          lambda: arrpos.rope_cos_sin(dtpos, dinv_t, dtype=np.float32),
-         lambda: (no_table(dtpos, width, np.float32), no_table(dtpos, width, np.float32))),
+         lambda: (no_table(dtpos, width, np.float32), no_table(dtpos, width, np.float32)),
+         lambda: da.ones((tn, width), chunks=(tchunk, width), dtype=np.float32) * 1),
         ("apply_rope", f"{SHAPE} f32, chunks {CHUNKS}",
          lambda: arrpos.apply_rope(x, cos, sin), lambda: arrpos.apply_rope(dx, dcos, dsin),
-         lambda: da.map_blocks(_no_rotation, dx, dcos, dsin, dtype=dx.dtype)),
+         lambda: da.map_blocks(_no_rotation, dx, dcos, dsin, dtype=dx.dtype),
+         lambda: da.ones(SHAPE, chunks=CHUNKS, dtype=np.float32) * 1),
     ]
 
 
@@ -72,19 +76,24 @@ def _threaded_rows(dask, cases, rounds):
     """compute() on the threaded scheduler; the note gives the per-chunk tasks alone (persist:
     chunks computed, not handed over as one array) and Dask's floor: the same graph shape
     persisted with tasks that do no work, which no kernel can get under. The tasks write their
-    chunks into one result buffer, which compute() returns as it is: no final join."""
+    chunks into one result buffer, which compute() returns as it is: no final join. The graph's
+    cost against Dask's own: the same compute() of ``ones(shape, chunks) * 1`` over the
+    output's chunks (graph built inside the timing too)."""
     rows = []
-    for name, size, numpy_call, build, floor in cases:
+    for name, size, numpy_call, build, floor, ones in cases:
         t = interleaved({
             "numpy": numpy_call,
             "dask": lambda build=build: dask.compute(build(), scheduler="threads"),
             "chunks": lambda build=build: dask.persist(build(), scheduler="threads"),
             "floor": lambda floor=floor: dask.persist(floor(), scheduler="threads"),
+            "ones": lambda ones=ones: dask.compute(ones(), scheduler="threads"),
         }, rounds=rounds)
         rows.append((f"{name}, Dask threaded", size, t["dask"] * 1e3,
-                     f"{t['dask'] / t['numpy']:.2f} x NumPy kernel",
+                     f"{t['dask'] / t['numpy']:.2f} x NumPy kernel; "
+                     f"{t['dask'] / t['ones']:.2f} x Dask ones * 1",
                      f"tasks alone {t['chunks'] / t['numpy']:.2f} x; Dask with no work "
-                     f"{t['floor'] / t['numpy']:.2f} x; NumPy kernel {t['numpy'] * 1e3:.1f} ms"))
+                     f"{t['floor'] / t['numpy']:.2f} x; NumPy kernel {t['numpy'] * 1e3:.1f} ms; "
+                     f"Dask ones * 1 {t['ones'] * 1e3:.1f} ms"))
     return rows
 
 
@@ -101,7 +110,7 @@ def _cluster_rows(da, workers, rounds):
             warnings.catch_warnings():
         # the inputs go to the workers once, in the graph, on purpose (client.persist)
         warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
-        for name, size, numpy_call, build, _ in _cases(da, place=client.persist):
+        for name, size, numpy_call, build, _, _ in _cases(da, place=client.persist):
             def gathered(build=build):
                 client.compute(build(), sync=True)
 

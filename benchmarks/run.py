@@ -1,4 +1,5 @@
-"""The benchmark runner: ``python -m benchmarks [--quick] [--csv]`` or ``python benchmarks/run.py``.
+"""The benchmark runner: ``python -m benchmarks [--quick] [--csv] [--suites dask,rope]`` or
+``python benchmarks/run.py``.
 
 Prints one table, each row on two lines to fit 120 columns (the kernel, its size and time; then
 its ratios against a memory baseline and against user code), or with ``--csv`` the same rows
@@ -47,13 +48,22 @@ def _cpu_name() -> str:
 def main(argv=None, progress=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
+    parser.add_argument("--suites", default=None,
+                        help="comma-separated suites to run (e.g. dask,rope; default all)")
     parser.add_argument("--csv", action="store_true",
                         help="the rows as CSV on stdout; the machine and notes on stderr")
     args = parser.parse_args(argv)
+    suites = SUITES
+    if args.suites:
+        names = {s.__name__.rsplit(".", 1)[-1].removeprefix("bench_"): s for s in SUITES}
+        unknown = sorted(set(args.suites.split(",")) - set(names))
+        if unknown:
+            parser.error(f"unknown suites {', '.join(unknown)}; have {', '.join(names)}")
+        suites = [names[n] for n in args.suites.split(",")]
     rows, notes = [], []
-    for i, suite in enumerate(SUITES):
+    for i, suite in enumerate(suites):
         if progress:
-            progress(i, len(SUITES), suite.__name__.rsplit(".", 1)[-1])
+            progress(i, len(suites), suite.__name__.rsplit(".", 1)[-1])
         got, note = suite.run(quick=args.quick)
         rows += [(a, b, f"{ms:.3f}", c, d) for a, b, ms, c, d in got]
         if note:
