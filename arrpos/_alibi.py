@@ -232,7 +232,9 @@ def alibi_bias_from_mask(slopes: Array, attention_mask: Array, /) -> Array:
     BLOOM reshapes the result to ``(batch * heads, 1, key_len)``; reshape it yourself if needed.
     Backend support: the generic Array API kernel (``arrpos._backends._xp``) on every
     namespace; the dispatcher routes NumPy arrays and torch CPU tensors to a compiled twin,
-    CuPy arrays and torch CUDA tensors to a CUDA twin (the same values, bit for bit).
+    CuPy arrays and torch CUDA tensors to a CUDA twin (the same values, bit for bit), and
+    Dask arrays to one task per chunk of batch rows and heads (the keys whole; a lazy mask's
+    values are checked as its chunks are computed).
 
     Examples
     --------
@@ -314,7 +316,8 @@ def alibi_bias_from_positions(slopes: Array, query_positions: Array, key_positio
     documents with :func:`packed_mask` (the bias itself does not know the documents).
     Backend support: the generic Array API kernel (``arrpos._backends._xp``) on every
     namespace; the dispatcher routes NumPy arrays and torch CPU tensors to a compiled twin,
-    CuPy arrays and torch CUDA tensors to a CUDA twin (the same values, bit for bit).
+    CuPy arrays and torch CUDA tensors to a CUDA twin (the same values, bit for bit), and
+    Dask arrays to one task per chunk of the leading axes, heads, queries and keys.
 
     Examples
     --------

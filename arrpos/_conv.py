@@ -90,7 +90,9 @@ def conv_positional(x: Array, weight: Array, bias: Array | None = None, /, *, ax
     Backend support: every Array API namespace (``kernel`` multiply-adds, no convolution
     op); NumPy arrays and torch CPU tensors without autograd take a compiled kernel, CuPy
     arrays and torch CUDA tensors without autograd a CUDA one, with the same sums (the
-    GELU's exp within a few ulps; another ``axis`` than -2 costs a copy).
+    GELU's exp within a few ulps; another ``axis`` than -2 costs a copy); Dask arrays one
+    task per chunk, a chunked sequence read with the kernel's reach of its neighbours
+    (``overlap``).
 
     Examples
     --------
@@ -160,7 +162,8 @@ def conv_positional_2d(x: Array, weight: Array, bias: Array | None = None, /, *,
     Backend support: every Array API namespace (``kh * kw`` multiply-adds, no convolution
     op); NumPy arrays and torch CPU tensors without autograd take a compiled kernel, CuPy
     arrays and torch CUDA tensors without autograd a CUDA one, with the same sums (the
-    GELU's exp within a few ulps).
+    GELU's exp within a few ulps); Dask arrays one task per chunk, chunked grid axes read
+    with the kernel's reach of their neighbours (``overlap``).
 
     Examples
     --------

@@ -361,6 +361,216 @@ def test_apply_rope_qk_grouped_heads_equals_numpy():
         np.testing.assert_array_equal(g, r)
 
 
+# --- the families' ops: ALiBi from a mask or positions, relative_bias, conv_positional --------
+
+
+def _op_layer(arr):
+    """The layer of ``arr``'s graph that computes its chunks (arrpos's op)."""
+    return arr.dask.layers[arr.name]
+
+
+def _one_task_per_chunk(arr, op):
+    """The op's own layer: blockwise, one task per output chunk, none computed yet."""
+    from dask.blockwise import Blockwise
+
+    layer = _op_layer(arr)
+    assert arr.name.startswith(f"arrpos-{op}-"), arr.name
+    assert isinstance(layer, Blockwise), type(layer)
+    assert len(layer) == int(np.prod(arr.numblocks)), (len(layer), arr.numblocks)
+
+
+def test_the_families_take_the_dask_front_end():
+    s = da.ones(4, chunks=2)
+    assert _chosen("alibi_bias_from_mask", (s, da.ones((2, 9), chunks=(1, 4), dtype=bool)),
+                   dtype=np.float64) == "graph"
+    q = da.arange(6, chunks=4)
+    assert _chosen("alibi_bias_from_positions", (s, q, q), mode="causal", lead=(),
+                   dtype=np.float64) == "graph"
+    assert _chosen("relative_bias", (da.ones((8, 4)), da.zeros((5, 5), dtype=np.int64)),
+                   dtype=np.float64) == "graph"
+    x = da.ones((2, 9, 1, 4), chunks=(1, 4, 1, 2))
+    assert _chosen("conv_positional", (x, da.ones((3, 1, 4)), None), activation=None,
+                   residual=True, dtype=np.float64) == "graph"
+
+
+_DTYPES = [np.float32, np.float64, np.float16]
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("chunks, head_chunks", [((2, 10), 5), ((5, 37), 12), ((1, 7), 1)])
+@pytest.mark.parametrize("kind", [bool, np.int64, np.uint8])
+def test_alibi_bias_from_mask_equals_numpy(dtype, chunks, head_chunks, kind):
+    slopes = arrpos.alibi_slopes(12).astype(dtype)
+    mask = (RNG.random((5, 37)) > 0.3).astype(kind)
+    mask[1, :9] = 0  # left padding
+    got = arrpos.alibi_bias_from_mask(da.from_array(slopes, chunks=head_chunks),
+                                      da.from_array(mask, chunks=chunks))
+    _one_task_per_chunk(got, "alibi_bias_from_mask")
+    # batch rows and heads keep their chunks; the keys are whole (a running count)
+    assert got.chunks[:3] == (da.core.normalize_chunks(chunks[0], (5,))[0],
+                              da.core.normalize_chunks(head_chunks, (12,))[0], (1,))
+    assert got.chunks[3] == (37,) and got.dtype == dtype
+    ref = arrpos.alibi_bias_from_mask(slopes, mask)
+    np.testing.assert_array_equal(_compute(got)[0], ref)
+
+
+def test_alibi_bias_from_mask_values_are_checked_per_chunk():
+    """A lazy 0/1 mask cannot be read when the graph is built: a chunk holding another value
+    raises when computed (the kernel or, without it, the task's own check)."""
+    mask = np.ones((4, 20), np.int64)
+    mask[3, 17] = 2
+    got = arrpos.alibi_bias_from_mask(da.from_array(arrpos.alibi_slopes(4), chunks=2),
+                                      da.from_array(mask, chunks=(2, 5)))
+    with pytest.raises(ValueError, match="attention_mask"):
+        got.compute(scheduler="sync")
+
+
+@pytest.mark.parametrize("mode", ["symmetric", "causal", "key"])
+@pytest.mark.parametrize("dtype", _DTYPES)
+def test_alibi_bias_from_positions_equals_numpy(mode, dtype):
+    slopes = arrpos.alibi_slopes(6).astype(dtype)
+    q = RNG.integers(-3000, 3000, size=(3, 1, 20))
+    k = RNG.integers(-3000, 3000, size=(1, 4, 23))
+    got = arrpos.alibi_bias_from_positions(
+        da.from_array(slopes, chunks=4), da.from_array(q, chunks=(2, 1, 7)),
+        da.from_array(k, chunks=(1, 3, 10)), mode=mode)
+    _one_task_per_chunk(got, "alibi_bias_from_positions")
+    assert got.chunks == ((2, 1), (3, 1), (4, 2), (7, 7, 6), (10, 10, 3))
+    ref = arrpos.alibi_bias_from_positions(slopes, q, k, mode=mode)
+    np.testing.assert_array_equal(_compute(got)[0], ref)
+
+
+def test_alibi_bias_from_positions_1d_and_float_positions():
+    slopes = arrpos.alibi_slopes(4)
+    q, k = np.arange(5, 35) * 0.5, RNG.standard_normal(17) * 100
+    for mode in ("symmetric", "causal", "key"):
+        got = arrpos.alibi_bias_from_positions(da.from_array(slopes), da.from_array(q, chunks=8),
+                                               da.from_array(k, chunks=5), mode=mode)
+        _one_task_per_chunk(got, "alibi_bias_from_positions")
+        np.testing.assert_array_equal(
+            got.compute(), arrpos.alibi_bias_from_positions(slopes, q, k, mode=mode))
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("table_chunks, index_chunks", [
+    ((10, 5), (13, 20)), ((32, 12), (40, 41)), ((7, 1), (1, 9)),
+])
+def test_relative_bias_equals_numpy(dtype, table_chunks, index_chunks):
+    table = RNG.standard_normal((32, 12)).astype(dtype)
+    index = RNG.integers(0, 32, size=(40, 41)).astype(np.int32)
+    got = arrpos.relative_bias(da.from_array(table, chunks=table_chunks),
+                               da.from_array(index, chunks=index_chunks))
+    _one_task_per_chunk(got, "relative_bias")
+    dindex = da.from_array(index, chunks=index_chunks)
+    # heads keep the table's chunks, the index its own; the table's rows are whole
+    assert got.chunks == (da.from_array(table, chunks=table_chunks).chunks[1],) + dindex.chunks
+    np.testing.assert_array_equal(_compute(got)[0], arrpos.relative_bias(table, index))
+
+
+def test_relative_bias_3d_index_from_a_dask_bucket():
+    """Swin-style indices straight from Dask arithmetic (relative_positions on Dask)."""
+    table = RNG.standard_normal((49, 3))
+    index = RNG.integers(0, 49, size=(2, 16, 16))
+    got = arrpos.relative_bias(da.from_array(table), da.from_array(index, chunks=(1, 5, 16)))
+    _one_task_per_chunk(got, "relative_bias")
+    np.testing.assert_array_equal(got.compute(), arrpos.relative_bias(table, index))
+
+
+@pytest.mark.parametrize("bad", [-1, 32])
+def test_relative_bias_ids_are_checked_where_read(bad):
+    """Lazy ids are not read when the graph is built; an id outside the table raises when its
+    chunk is computed (never a wrapped, silently different row)."""
+    index = RNG.integers(0, 32, size=(10, 10))
+    index[7, 3] = bad
+    got = arrpos.relative_bias(da.from_array(np.ones((32, 2))), da.from_array(index, chunks=5))
+    with pytest.raises(ValueError, match="index"):
+        got.compute(scheduler="sync")
+
+
+@pytest.mark.parametrize("case", [
+    # x shape, x chunks, kernel
+    ((2, 50, 16), (1, 7, 5), 5),  # sequence and channels chunked, a last chunk of 1
+    ((3, 40, 8), (2, 40, 8), 4),  # even kernel; sequence whole
+    ((2, 30, 6), (2, 1, 6), 5),  # chunks shorter than the reach: merged to it
+    ((1, 3, 4), (1, 1, 2), 7),  # a sequence shorter than the reach: taken whole
+])
+@pytest.mark.parametrize("activation", [None, "gelu", "tanh"])
+@pytest.mark.parametrize("dtype", _DTYPES)
+def test_conv_positional_equals_numpy(case, activation, dtype):
+    shape, chunks, k = case
+    x = RNG.standard_normal(shape).astype(dtype)
+    w = RNG.standard_normal((k, shape[-1])).astype(dtype)
+    b = RNG.standard_normal(shape[-1]).astype(dtype)
+    for bias, residual in ((b, True), (None, False)):
+        got = arrpos.conv_positional(da.from_array(x, chunks=chunks), da.from_array(w),
+                                     None if bias is None else da.from_array(bias),
+                                     activation=activation, residual=residual)
+        ref = arrpos.conv_positional(x, w, bias, activation=activation, residual=residual)
+        assert got.dtype == ref.dtype
+        np.testing.assert_array_equal(_compute(got)[0], ref)
+
+
+@pytest.mark.parametrize("x_chunks, w_chunks", [
+    ((1, 4, 3, 4), (3, 4, 2)), ((2, 9, 11, 6), (3, 4, 6)), ((1, 2, 2, 1), (1, 1, 1)),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_positional_2d_equals_numpy(x_chunks, w_chunks, dtype):
+    """The halo along both grid axes (an asymmetric 3x4 kernel), channels chunked unlike the
+    weight's: each chunk reads its neighbours' rows and columns as the whole grid does."""
+    x = RNG.standard_normal((2, 9, 11, 6)).astype(dtype)
+    w = RNG.standard_normal((3, 4, 6)).astype(dtype)
+    b = RNG.standard_normal(6).astype(dtype)
+    dx = da.from_array(x, chunks=x_chunks)
+    for activation in (None, "gelu"):
+        got = arrpos.conv_positional_2d(dx, da.from_array(w, chunks=w_chunks),
+                                        da.from_array(b, chunks=w_chunks[-1]),
+                                        activation=activation)
+        _one_task_per_chunk(got, "conv_positional")
+        # batch and grid axes keep x's chunks (merged where shorter than the halo)
+        assert got.chunks[0] == dx.chunks[0]
+        np.testing.assert_array_equal(
+            _compute(got)[0], arrpos.conv_positional_2d(x, w, b, activation=activation))
+
+
+def test_conv_positional_graph_one_task_per_chunk_and_halo_only_where_chunked():
+    x = da.ones((4, 64, 1, 32), chunks=(1, 16, 1, 32))
+    w = da.ones((5, 1, 32))
+    y = arrpos.conv_positional_2d(x, w)
+    _one_task_per_chunk(y, "conv_positional")
+    assert y.chunks == x.chunks
+    assert any(name.startswith("overlap") for name in y.dask.layers)
+    whole = arrpos.conv_positional_2d(da.ones((4, 64, 1, 32), chunks=(1, 64, 1, 16)), w)
+    _one_task_per_chunk(whole, "conv_positional")
+    assert not any(name.startswith("overlap") for name in whole.dask.layers)
+    assert len(whole.__dask_graph__()) <= 3 * 8 + 4  # inputs, the op, nothing per element
+
+
+def test_family_graphs_compute_nothing_while_built_and_pickle():
+    from dask.local import get_sync
+
+    slopes = _exploding(arrpos.alibi_slopes(4), 2)
+    mask = _exploding(np.ones((3, 10), bool), (1, 5))
+    pos = _exploding(np.arange(12), 5)
+    table = _exploding(np.ones((8, 4)), (4, 2))
+    index = _exploding(np.zeros((6, 6), np.int64), 3)
+    x = _exploding(np.ones((2, 12, 8)), (1, 5, 4))
+    with TaskCounter() as counted:
+        lazy = [arrpos.alibi_bias_from_mask(slopes, mask),
+                arrpos.alibi_bias_from_positions(slopes, pos, pos),
+                arrpos.relative_bias(table, index),
+                arrpos.conv_positional(x, da.ones((3, 8)), activation="gelu")]
+    assert counted.count == 0
+    for a in lazy:
+        with pytest.raises(AssertionError, match="graph was only being built"):
+            a.compute(scheduler="sync")
+    xs = RNG.standard_normal((2, 12, 8))
+    arr = arrpos.conv_positional(da.from_array(xs, chunks=(1, 5, 4)), da.ones((3, 8)))
+    graph = pickle.loads(pickle.dumps(dict(arr.__dask_graph__())))
+    blocks = get_sync(graph, arr.__dask_keys__())
+    np.testing.assert_array_equal(da.core.concatenate3(blocks),
+                                  arrpos.conv_positional(xs, np.ones((3, 8))))
+
+
 # --- dask.distributed: worker processes ---------------------------------------------------------
 
 _CLUSTER_SCRIPT = textwrap.dedent("""

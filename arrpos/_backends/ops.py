@@ -137,15 +137,16 @@ OPS: dict[str, Op] = {op.name: op for op in (
     # on CUDA: the positions kernel of the mask's cumulative sum (its "mask" mode)
     Op("alibi_bias_from_mask", ("slopes", "attention_mask"),
        arrays=("slopes", "attention_mask"), kernel="alibi_bias_from_positions",
-       dtypes={"host": FLOATS, "cuda": FLOATS}, validated_by=("host",)),
+       dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}, validated_by=("host",)),
     Op("alibi_bias_from_positions", ("slopes", "query_positions", "key_positions"),
        arrays=("slopes", "query_positions", "key_positions"),
-       kernel="alibi_bias_from_positions", dtypes={"host": FLOATS, "cuda": FLOATS}),
+       kernel="alibi_bias_from_positions",
+       dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}),
     Op("relative_bias", ("table", "index"), arrays=("table", "index"), kernel="relative_bias",
-       dtypes={"host": FLOATS, "cuda": FLOATS}, validated_by=("host",)),
+       dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}, validated_by=("host",)),
     # both conv_positional forms: x (..., H, W, C), weight (kh, kw, C) (1-D: W = kw = 1)
     Op("conv_positional", ("x", "weight", "bias"), arrays=("x", "weight", "bias"),
-       kernel="conv_positional", dtypes={"host": FLOATS, "cuda": FLOATS}),
+       kernel="conv_positional", dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}),
     # the generic code's alone (no driver has them); listed for their slots
     Op("rope_cos_sin_mixed", ("positions", "inv_freq"), arrays=("positions", "inv_freq"),
        outputs=(("cos", None), ("sin", None))),

@@ -81,7 +81,9 @@ def relative_bias(table: Array, index: Array, /) -> Array:
     Backend support: generic Array API code (one ``take``) on every namespace; the dispatcher
     routes NumPy arrays and torch CPU tensors to a compiled gather, CuPy arrays and torch
     CUDA tensors without autograd to a CUDA one (the same values, bit for bit; their result
-    is C-contiguous, the generic one a transposed view).
+    is C-contiguous, the generic one a transposed view), and Dask arrays to one task per
+    chunk of heads and ``index`` (the table's rows whole; lazy ids are checked as their
+    chunks are computed).
 
     Examples
     --------

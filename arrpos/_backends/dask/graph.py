@@ -5,6 +5,8 @@ Same function names and signatures as ``_xp``. Each op builds one graph layer (p
 rechunks) with one task per output chunk; a task calls the same op through ``_dispatch.call`` on
 its chunks, in the chunks' own namespace, so the compiled kernels run chunk by chunk (and the
 generic code where a chunk's kernel declines). Nothing is computed while the graph is built.
+``rope_cos_sin`` builds its two layers (cos, sin) task by task; ``conv_positional`` reads the
+rows (columns) next to its chunk of a chunked grid axis through Dask's ``overlap``.
 
 Chunking: positions and the leading (row) axes of ``x`` keep their chunks; tables that broadcast
 against ``x`` are rechunked to ``x``'s chunks along their non-broadcast axes; axes an op needs
@@ -13,21 +15,29 @@ Task functions live at module level, so graphs pickle for ``dask.distributed`` w
 """
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
+import warnings
 
 import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
+from dask._task_spec import DataNode, Task, TaskRef
 from dask.base import tokenize
+from dask.array.core import PerformanceWarning
+from dask.highlevelgraph import HighLevelGraph
 from dask.layers import ArraySliceDep
 
 from ... import _dispatch
-from ..._lib import array_namespace, backend_name
+from ..._lib import array_namespace, backend_name, check_index
 from .. import Unsupported, one_thread_per_call, ops
 from . import canvas as _canvas
 
-__all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "apply_rope", "apply_rope_cached",
-           "apply_rope_qk", "bind", "cache_clear", "rope_cos_sin", "sinusoid_table", "supports"]
+__all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
+           "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk", "bind",
+           "cache_clear", "conv_positional", "relative_bias", "rope_cos_sin", "sinusoid_table",
+           "supports"]
 
 DRIVER = "dask"
 # ``supports`` reads chunk sizes, which are not in a signature
@@ -39,6 +49,7 @@ _CHUNK_KINDS = ("numpy",)
 # blockwise indices (ints, as dask sorts them): 0..ndim-1 are the axes of the reference array
 # (positions, x, q); these name the other axes, which are taken whole
 _FEATURE, _TABLE, _COORDS, _FREQ, _CACHE_ROW, _K_AXIS = 1000, 1001, 1002, 1003, 1004, 2000
+_HEADS, _ROWS, _KH, _KW = 1005, 1006, 1007, 1008
 
 
 def _served(a, unknown_ok=False) -> bool:
@@ -107,14 +118,16 @@ def _only(block):
     return block
 
 
-def _chunk_call(op, args, arrays, opts, out=None):
+def _chunk_call(op, args, arrays, opts, out=None, check=None):
     """``op`` on one chunk's arrays, dispatched in their own namespace (kernel or generic),
-    into ``out`` (the chunk's canvas regions) when given. Dask runs one task per core, so the
-    kernel of each runs on one thread."""
+    into ``out`` (the chunk's canvas regions) when given; ``check(xp)`` validates the chunk's
+    values unless the kernel that serves it does (the public layer cannot read lazy values).
+    Dask runs one task per core, so the kernel of each runs on one thread."""
     xp = array_namespace(*(a for a in arrays if a is not None))
     with one_thread_per_call():
         if out is None:
-            return _dispatch.call(op, xp, *args, arrays=arrays, **opts)
+            return _dispatch.call(op, xp, *args, arrays=arrays,
+                                  check=None if check is None else lambda: check(xp), **opts)
         _dispatch.call(op, xp, *args, arrays=arrays, out=out, **opts)
     return out
 
@@ -194,6 +207,47 @@ def _alibi_block(slopes, query_rows, key_len, opts):
                        dict(opts, query_offset=opts["query_offset"] + first))
 
 
+def _mask_block(slopes, mask, opts):
+    check = None if mask.dtype == np.bool_ else lambda xp: _zero_one(xp, mask)
+    return _chunk_call("alibi_bias_from_mask", (slopes, mask), (slopes, mask), opts,
+                       check=check)
+
+
+def _zero_one(xp, mask):
+    """The public layer's check of a 0/1 mask, on one chunk (it cannot read a lazy mask)."""
+    if mask.size and not bool(xp.all((mask == 0) | (mask == 1))):
+        raise ValueError("attention_mask must hold only 0 and 1")
+
+
+def _positions_block(slopes, query_positions, key_positions, opts):
+    qp, kp = query_positions, key_positions
+    lead = tuple(np.broadcast_shapes(qp.shape[:-1], kp.shape[:-1]))  # this chunk's
+    return _chunk_call("alibi_bias_from_positions", (slopes, qp, kp), (slopes, qp, kp),
+                       dict(opts, lead=lead))
+
+
+def _relative_block(table, index, opts):
+    table = _only(table)
+    return _chunk_call("relative_bias", (table, index), (table, index), opts,
+                       check=lambda xp: check_index(xp, index, table.shape[0], "index",
+                                                    "the rows of table"))
+
+
+def _conv_block(x, weight, bias, opts, place):
+    """The convolution of a chunk grown by its halo (``place``: where the chunk sits in the
+    unpadded ``x``), the halo's rows and columns then dropped: the rows kept read only the
+    halo and the chunk, as they read the whole ``x``."""
+    weight, bias = _only(weight), _only(bias)
+    y = _chunk_call("conv_positional", (x, weight, bias), (x, weight, bias), opts["conv"])
+    trim = [slice(None)] * y.ndim
+    for ax, (before, after), size in opts["halo"]:
+        s = place[ax]
+        lo = before if s.start > 0 else 0
+        hi = after if s.stop < size else 0
+        trim[ax] = slice(lo, y.shape[ax] - hi)
+    return y[tuple(trim)] if opts["halo"] else y
+
+
 # --- graph helpers ------------------------------------------------------------------------------
 
 
@@ -215,6 +269,15 @@ def _fit(t, x, skip_last=True):
         chunks += ((t.shape[-1],),)
         index += (_FEATURE,)
     return (t.rechunk(chunks) if chunks != t.chunks else t), index
+
+
+@contextlib.contextmanager
+def _outer_product():
+    """Dask's warning that a graph has many more chunks than its inputs, silenced where that
+    is the op (heads x queries x keys: the chunks the inputs' chunks imply)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PerformanceWarning)
+        yield
 
 
 def _meta(like, ndim, dtype):
@@ -299,22 +362,52 @@ def rope_cos_sin(positions, inv_freq, *, layout, attention_factor, axes, dtype, 
     width = 2 * inv_freq.shape[0]
     meta = _meta(positions, lead + 1, dtype)
     opts = dict(layout=layout, attention_factor=attention_factor, axes=axes, dtype=dtype)
-    args = (positions, pos_ind, inv_freq, (_FREQ,))
-    res, extra = _blockwise(
-        _rope_table_block, ind + (_TABLE,), args, opts,
-        lambda p: ((p.chunks[:lead] + ((width,),), dtype),) * 2, new_axes={_TABLE: width},
-        concatenate=False, meta=meta, token="arrpos-rope_cos_sin")
-    if extra:  # res is cos; sin's tasks take their chunks from the canvas res's tasks wrote
-        sin = da.blockwise(_rope_sin_block, ind + (_TABLE,), res, ind + (_TABLE,), *args,
-                           opts, None, *extra[2:4], *extra[6:8], align_arrays=False,
-                           concatenate=False, meta=meta,
-                           name=res.name.replace("arrpos-rope_cos_sin", "arrpos-rope-sin"))
-        cos, sin = _canvas_array(res, extra), _canvas_array(sin, extra)
+    chunks = positions.chunks[:lead] + ((width,),)
+    if _canvas.fits(chunks):
+        cos, sin = _rope_canvas_graph(positions, inv_freq, opts, chunks, meta)
     else:
-        cos, sin = _split_pair(res, (meta, meta), (res.chunks, res.chunks), "arrpos-rope")
+        res, _ = _blockwise(
+            _rope_table_block, ind + (_TABLE,), (positions, pos_ind, inv_freq, (_FREQ,)), opts,
+            lambda p: ((chunks, dtype),) * 2, new_axes={_TABLE: width}, concatenate=False,
+            meta=meta, token="arrpos-rope_cos_sin")
+        cos, sin = _split_pair(res, (meta, meta), (chunks, chunks), "arrpos-rope")
     if out is not None:
         return _store(out[0], cos), _store(out[1], sin)
     return cos, sin
+
+
+def _rope_canvas_graph(positions, inv_freq, opts, chunks, meta):
+    """cos and sin written into their canvases, their layers built task by task: one cos task
+    per chunk makes both tables (keeping sin's for the chunk's sin task). Built here rather
+    than by ``blockwise``, whose general machinery (index algebra, argument substitution,
+    two layers to materialise at compute) cost rope_cos_sin twice the sinusoid's graph."""
+    token = tokenize("arrpos-rope_cos_sin", positions, inv_freq, opts, chunks)
+    cos_name, sin_name = f"arrpos-rope_cos_sin-{token}", f"arrpos-rope-sin-{token}"
+    canvases = [_canvas.canvas_task(chunks, opts["dtype"], f"{i}-{token}") for i in range(2)]
+    cos_ref, sin_ref = (TaskRef(c.key) for c in canvases)
+    inv = TaskRef((inv_freq.name,) + (0,) * inv_freq.ndim)  # one chunk
+    opts_node = DataNode(None, opts)
+    whole = positions.ndim - (len(chunks) - 1)  # the coordinate axis of ``axes``, whole
+    pos_keys = positions.__dask_keys__()
+    starts = [tuple(itertools.accumulate(c, initial=0)) for c in chunks[:-1]]
+    cos_layer, sin_layer = {}, {}
+    for idx in itertools.product(*(range(len(c)) for c in chunks[:-1])):
+        pos = pos_keys
+        for i in idx + (0,) * whole:
+            pos = pos[i]
+        pos = TaskRef(pos)
+        region = DataNode(None, tuple(slice(s[i], s[i + 1]) for s, i in zip(starts, idx)))
+        c_key, s_key = (cos_name, *idx, 0), (sin_name, *idx, 0)
+        cos_layer[c_key] = Task(c_key, _rope_table_block, pos, inv, opts_node, cos_ref, sin_ref,
+                                region, region)
+        sin_layer[s_key] = Task(s_key, _rope_sin_block, TaskRef(c_key), pos, inv, opts_node,
+                                sin_ref, region)
+    cos_graph = HighLevelGraph.from_collections(cos_name, cos_layer,
+                                                dependencies=[positions, inv_freq, *canvases])
+    cos = _canvas.CanvasArray(cos_graph, cos_name, chunks, meta=meta)
+    sin_graph = HighLevelGraph.from_collections(
+        sin_name, sin_layer, dependencies=[cos, positions, inv_freq, canvases[1]])
+    return cos, _canvas.CanvasArray(sin_graph, sin_name, chunks, meta=meta)
 
 
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
@@ -387,3 +480,84 @@ def alibi_bias(slopes, query_len, key_len, *, mode, query_offset, dtype, xp):
         new_axes={2: key_len}, dtype=dtype, meta=_meta(slopes, 3, dtype),
         token="arrpos-alibi_bias")
 
+
+
+def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
+    """Twin of ``_xp.alibi_bias_from_mask``: tasks over chunks of batch rows x heads; the keys
+    whole (a key's position counts the real tokens before it: a running sum along them)."""
+    mask = _whole(attention_mask, [1])
+    return da.blockwise(
+        _mask_block, (0, 1, 2, 3), slopes, (1,), mask, (0, 3), dict(dtype=dtype), None,
+        new_axes={2: 1}, concatenate=False, dtype=dtype, meta=_meta(slopes, 4, dtype),
+        token="arrpos-alibi_bias_from_mask")
+
+
+def alibi_bias_from_positions(slopes, query_positions, key_positions, *, mode, lead, dtype,
+                              xp):
+    """Twin of ``_xp.alibi_bias_from_positions``: one task per chunk of ``lead`` x heads x
+    queries x keys, each an element-wise function of its positions (size-1 leading axes of
+    the positions broadcast)."""
+    n = len(lead)
+    qp, kp = query_positions, key_positions
+    qind = tuple(range(n - (qp.ndim - 1), n)) + (n + 1,)
+    kind = tuple(range(n - (kp.ndim - 1), n)) + (n + 2,)
+    with _outer_product():
+        return da.blockwise(
+            _positions_block, tuple(range(n + 3)), slopes, (n,), qp, qind, kp, kind,
+            dict(mode=mode, dtype=dtype), None, dtype=dtype, meta=_meta(slopes, n + 3, dtype),
+            token="arrpos-alibi_bias_from_positions")
+
+
+def relative_bias(table, index, *, dtype, xp):
+    """Twin of ``_xp.relative_bias``: one task per chunk of heads x ``index``; the table's
+    rows whole (any id may point anywhere). The ids are checked chunk by chunk, where they
+    are read."""
+    table = _whole(table, [0])
+    ind = tuple(range(index.ndim))
+    with _outer_product():
+        return da.blockwise(
+            _relative_block, (_HEADS,) + ind, table, (_ROWS, _HEADS), index, ind,
+            dict(dtype=dtype), None, concatenate=False, dtype=table.dtype,
+            meta=_meta(table, index.ndim + 1, table.dtype), token="arrpos-relative_bias")
+
+
+def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
+    """Twin of ``_xp.conv_positional``: one task per chunk of ``x``. Leading axes and channels
+    keep their chunks (the convolution is depthwise); a chunked H or W axis is convolved with
+    a halo of the kernel's reach taken from the neighbouring chunks (``overlap``), no halo
+    past the array's edges (the zero padding), so each kept row reads what it reads in the
+    whole ``x``."""
+    nd = x.ndim
+    kh, kw = weight.shape[0], weight.shape[1]
+    c_ind = (nd - 1,)
+    pairs = [x, tuple(range(nd)), _whole(weight, [0, 1]), (_KH, _KW) + c_ind]
+    if bias is not None:
+        pairs += [bias, c_ind]
+    _, arrays = da.core.unify_chunks(*pairs)  # channels alike in x, weight and bias
+    x, weight = arrays[0], arrays[1]
+    bias = arrays[2] if bias is not None else None
+    halo = []
+    for ax, k in ((nd - 3, kh), (nd - 2, kw)):
+        reach = ((k - 1) // 2, k - 1 - (k - 1) // 2)
+        if x.numblocks[ax] == 1 or k == 1:
+            continue
+        if min(x.chunks[ax]) < max(reach):
+            try:  # a halo comes from the next chunk alone: chunks at least as long as it
+                x = x.rechunk({ax: da.overlap.ensure_minimum_chunksize(max(reach),
+                                                                       x.chunks[ax])})
+            except ValueError:  # the axis is shorter than the reach: whole
+                x = x.rechunk({ax: -1})
+        if x.numblocks[ax] > 1:
+            halo.append((ax, reach, x.shape[ax]))
+    grown = x
+    if halo:
+        grown = da.overlap.overlap(x, depth={ax: r for ax, r, _ in halo}, boundary="none")
+    ind = tuple(range(nd))
+    opts = dict(conv=dict(activation=activation, residual=residual, dtype=dtype),
+                halo=tuple(halo))
+    return da.blockwise(
+        _conv_block, ind, grown, ind, weight, (_KH, _KW) + c_ind, bias,
+        None if bias is None else c_ind, opts, None, ArraySliceDep(x.chunks), ind,
+        adjust_chunks={ax: x.chunks[ax] for ax, _, _ in halo}, align_arrays=False,
+        concatenate=False, dtype=x.dtype, meta=_meta(x, nd, x.dtype),
+        token="arrpos-conv_positional")
