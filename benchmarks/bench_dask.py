@@ -97,6 +97,32 @@ def _threaded_rows(dask, cases, rounds):
     return rows
 
 
+GRAPH = (4096, 512, 64)  # positions, chunk, width: a small table, the graph's cost shows
+
+
+def _graph_rows(dask, da, rounds):
+    """What the graph itself costs: compute() of a small table in chunks (graph built inside
+    the timing), against Dask's ``ones(shape, chunks) * 1`` over the output's chunks."""
+    n, chunk, width = GRAPH
+    inv, _ = arrpos.rope_frequencies(width)
+    dinv = da.from_array(inv)
+    cases = [
+        ("sinusoidal", f"({n}, {width}) f32, chunks {chunk}",
+         lambda: arrpos.sinusoidal(da.arange(n, chunks=chunk), width, dtype=np.float32)),
+        ("rope_cos_sin", f"({n}, {width}) x2 f32, chunks {chunk}",
+         lambda: arrpos.rope_cos_sin(da.arange(n, chunks=chunk), dinv, dtype=np.float32)),
+    ]
+    t = interleaved({
+        "ones": lambda: dask.compute(
+            da.ones((n, width), chunks=(chunk, width), dtype=np.float32) * 1, scheduler="threads"),
+        **{name: lambda build=build: dask.compute(build(), scheduler="threads")
+           for name, _, build in cases}}, rounds=rounds)
+    return [(f"{name} graph, Dask threaded", size, t[name] * 1e3,
+             f"{t[name] / t['ones']:.2f} x Dask ones * 1",
+             f"Dask ones * 1 over the same chunks {t['ones'] * 1e3:.2f} ms")
+            for name, size, _ in cases]
+
+
 def _arrays(result):
     return result if isinstance(result, tuple) else (result,)
 
@@ -133,7 +159,7 @@ def run(quick=False, rounds=None):
     except ImportError:
         return [], "dask: not installed, nothing to compare"
     r = rounds or (3 if quick else 7)
-    rows = _threaded_rows(dask, _cases(da), r)
+    rows = _threaded_rows(dask, _cases(da), r) + _graph_rows(dask, da, 3 * r)
     note = None
     try:
         import distributed  # noqa: F401
