@@ -17,6 +17,7 @@ ALIBI = (32, 2048, 2048)  # heads, queries, keys: 512 MiB of float32
 ALIBI_QUICK = (32, 1024, 512)  # 64 MiB
 MASK = (8, 32, 4096)  # batch, heads, keys (BLOOM)
 T5 = (16, 1024, 1024)  # heads, queries, keys: 64 MiB
+SWIN_WINDOW = 32  # a (1024, 1024) index: the T5 rows' output size
 BUCKETS = (2048, 2048)  # queries, keys
 CONV = (8, 1024, 768, 5)  # batch, length, channels, kernel (wav2vec2-sized)
 CONV_QUICK = (2, 512, 768, 5)
@@ -121,6 +122,16 @@ def t5_rows(rounds, quick):
     def gather():
         return arrpos.relative_bias(table, index)
 
+    # Swin's relative_position_index of a 32 x 32 window (the same (1024, 1024) output)
+    w = SWIN_WINDOW
+    c = torch.stack(torch.meshgrid(torch.arange(w), torch.arange(w), indexing="ij")).flatten(1)
+    rel = (c[:, :, None] - c[:, None, :]).permute(1, 2, 0) + (w - 1)
+    swin_index = rel[..., 0] * (2 * w - 1) + rel[..., 1]
+    swin_table = torch.randn((2 * w - 1) ** 2, h)
+
+    def swin():
+        return arrpos.relative_bias(swin_table, swin_index)
+
     def t5_bias():
         return arrpos.relative_bias(table, arrpos.t5_bucket(arrpos.relative_positions(
             q, k, xp=torch)))
@@ -131,6 +142,7 @@ def t5_rows(rounds, quick):
 
     # the gather against the fill alone (torch's spinning threads would take their cores)
     t = interleaved({"kernel": gather, "one thread": one_thread(gather),
+                     "swin": swin, "swin 1": one_thread(swin),
                      "stream": lambda: host.stream_fill(buf),
                      "stream 1": one_thread(lambda: host.stream_fill(buf))}, rounds=rounds)
     t.update(interleaved({"t5": _torch_held(torch, n, t5_bias), "t5 1": one_thread(
@@ -142,6 +154,10 @@ def t5_rows(rounds, quick):
              _limit(t, "kernel", "stream"), ""),
             ("relative_bias gather (T5 index), 1 thread", size, t["one thread"] * 1e3,
              _limit(t, "one thread", "stream 1"), ""),
+            ("relative_bias gather (Swin index, 32 x 32 window)", size, t["swin"] * 1e3,
+             _limit(t, "swin", "stream"), ""),
+            ("relative_bias gather (Swin index), 1 thread", size, t["swin 1"] * 1e3,
+             _limit(t, "swin 1", "stream 1"), ""),
             ("T5 bias: t5_bucket + relative_bias", size, t["t5"] * 1e3, "",
              f"{t['hf'] / t['t5']:.2f} x faster than transformers T5Attention.compute_bias"),
             ("T5 bias, 1 thread", size, t["t5 1"] * 1e3, "",

@@ -625,7 +625,8 @@ def relative_gather(cnp.ndarray table_t, cnp.ndarray index, cnp.ndarray out, int
             or (it != cnp.NPY_INT64 and it != cnp.NPY_INT32) \
             or not cnp.PyArray_ISNOTSWAPPED(index) \
             or cnp.PyArray_SIZE(out) != table_t.shape[0] * index.shape[0] or nthreads < 1 \
-            or rows < 0 or (rows > 0 and index.shape[0] % rows):
+            or rows < 0 or (rows > 0 and index.shape[0] % rows) \
+            or table_t.shape[1] > 2147483647:  # (the gathers' ids are 32-bit)
         raise Unsupported("relative_bias: arrays the kernel does not serve")
     cdef GatherJob job
     job.table = <const char *>cnp.PyArray_DATA(table_t)

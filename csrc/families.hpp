@@ -45,6 +45,57 @@ inline void put(char *dst, const char *src, ptrdiff_t n, bool stream)
         isa_portable::copy_bytes(dst, src, n, true);
 }
 
+// Consecutive pieces of one run of output, streamed in whole cache lines: a row whose length
+// is not a multiple of 64 bytes would otherwise end in a partly written line, which costs
+// several times its share (the streamed part and the cached part of the line meet in memory).
+// Pieces are staged in an L1-resident buffer and streamed up to the last line boundary.
+class Streamer {
+  public:
+    Streamer(char *dst, bool stream) : dst_(dst), stream_(stream) {}
+    ~Streamer() { flush(true); }
+    void add(const char *src, ptrdiff_t n)
+    {
+        if (!stream_) {
+            std::memcpy(dst_, src, (size_t)n);
+            dst_ += n;
+            return;
+        }
+        if (used_ == 0 && (((uintptr_t)dst_ | (uintptr_t)n) & 63) == 0) {  // whole lines
+            put(dst_, src, n, true);
+            dst_ += n;
+            return;
+        }
+        while (n > 0) {
+            const ptrdiff_t m = kPiece - used_ < n ? kPiece - used_ : n;
+            std::memcpy(buf_ + used_, src, (size_t)m);
+            used_ += m;
+            src += m;
+            n -= m;
+            if (used_ == kPiece)
+                flush(false);
+        }
+    }
+
+  private:
+    void flush(bool all)
+    {
+        if (!stream_ || used_ == 0)
+            return;
+        // up to a line boundary of the output (all: everything)
+        ptrdiff_t n = all ? used_ : used_ - (ptrdiff_t)(((uintptr_t)dst_ + used_) & 63);
+        if (n <= 0)
+            return;
+        put(dst_, buf_, n, true);
+        dst_ += n;
+        std::memmove(buf_, buf_ + n, (size_t)(used_ - n));
+        used_ -= n;
+    }
+    alignas(64) char buf_[kPiece];
+    char *dst_;
+    ptrdiff_t used_ = 0;
+    bool stream_;
+};
+
 // Streaming stores ordered before a chunk is reported done.
 inline void fence(bool stream)
 {
@@ -289,16 +340,111 @@ bool alibi_mask(MaskJob job, int nthreads)
 // buckets), each head's row in cache. A 2-D index whose rows are shifts of each other
 // (index[i, j] = index[i-1, j-1]: T5's and every bucket of key - query) is one line of q + k - 1
 // ids, so each output row is a window of that line's values, copied like alibi_bias's rows;
-// any other index is gathered in tiles, each read once for every head.
+// any other index is gathered in tiles, each read once (as int32) for every head, with the
+// instruction set's gathers.
 struct GatherJob {
     const char *table;  // (heads, buckets) of U
+    const uint32_t *wide;  // 16-bit tables: the same (heads, buckets) widened (vector gathers)
     const char *index;  // (n,) of I; (rows, n / rows) when rows > 0
     char *out;  // (heads, n) of U
     ptrdiff_t heads, buckets, n, rows, tile, cols, chunk_rows, chunks_per_head;
     const int64_t *line;  // the shifted rows' ids: line[rows - 1 - i + j] = index[i, j]
+    const char *iline;  // the same line of I, compared with the index's rows
+    int level;  // the instruction set of the gathers
     bool stream;
     std::atomic<int> *bad;  // bit 1: an index outside [0, buckets); bit 2: rows not shifts
 };
+
+}  // namespace fam
+}  // namespace arrpos
+
+// dst[m] = row[ix[m]], m < n: the ids in range (checked), 32-bit.
+#if ARRPOS_X86
+ARRPOS_PUSH_AVX512
+namespace arrpos { namespace fam { namespace isa_avx512 {
+template <class U>
+inline void gather_row(U *dst, const U *row, const uint32_t *wide, const int32_t *ix,
+                       ptrdiff_t n)
+{
+    ptrdiff_t m = 0;
+    if constexpr (sizeof(U) == 8) {
+        for (; m + 8 <= n; m += 8) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(ix + m));
+            _mm512_storeu_si512((void *)(dst + m), _mm512_i32gather_epi64(v, row, 8));
+        }
+    } else if constexpr (sizeof(U) == 4) {
+        for (; m + 16 <= n; m += 16) {
+            const __m512i v = _mm512_loadu_si512((const void *)(ix + m));
+            _mm512_storeu_si512((void *)(dst + m), _mm512_i32gather_epi32(v, row, 4));
+        }
+    } else {
+        for (; m + 16 <= n; m += 16) {
+            const __m512i v = _mm512_loadu_si512((const void *)(ix + m));
+            const __m512i g = _mm512_i32gather_epi32(v, wide, 4);
+            _mm256_storeu_si256((__m256i *)(dst + m), _mm512_cvtepi32_epi16(g));
+        }
+    }
+    for (; m < n; m++)
+        dst[m] = row[ix[m]];
+}
+
+}}}
+ARRPOS_POP
+ARRPOS_PUSH_AVX2
+namespace arrpos { namespace fam { namespace isa_avx2 {
+template <class U>
+inline void gather_row(U *dst, const U *row, const uint32_t *wide, const int32_t *ix,
+                       ptrdiff_t n)
+{
+    ptrdiff_t m = 0;
+    if constexpr (sizeof(U) == 8) {
+        for (; m + 4 <= n; m += 4) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(ix + m));
+            _mm256_storeu_si256((__m256i *)(dst + m),
+                                _mm256_i32gather_epi64((const long long *)row, v, 8));
+        }
+    } else if constexpr (sizeof(U) == 4) {
+        for (; m + 8 <= n; m += 8) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(ix + m));
+            _mm256_storeu_si256((__m256i *)(dst + m),
+                                _mm256_i32gather_epi32((const int *)row, v, 4));
+        }
+    } else {  // two gathers of widened values, packed (no saturation: all below 2**16)
+        for (; m + 16 <= n; m += 16) {
+            const __m256i a = _mm256_i32gather_epi32(
+                (const int *)wide, _mm256_loadu_si256((const __m256i *)(ix + m)), 4);
+            const __m256i b = _mm256_i32gather_epi32(
+                (const int *)wide, _mm256_loadu_si256((const __m256i *)(ix + m + 8)), 4);
+            _mm256_storeu_si256((__m256i *)(dst + m),
+                                _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8));
+        }
+    }
+    for (; m < n; m++)
+        dst[m] = row[ix[m]];
+}
+}}}
+ARRPOS_POP
+#endif
+
+namespace arrpos {
+namespace fam {
+
+template <class U>
+inline void gather_row(int level, U *dst, const U *row, const uint32_t *wide,
+                       const int32_t *ix, ptrdiff_t n)
+{
+#if ARRPOS_X86
+    if (level >= 2 && (sizeof(U) != 2 || wide))
+        return isa_avx512::gather_row<U>(dst, row, wide, ix, n);
+    if (level == 1 && (sizeof(U) != 2 || wide))
+        return isa_avx2::gather_row<U>(dst, row, wide, ix, n);
+#else
+    (void)level;
+    (void)wide;
+#endif
+    for (ptrdiff_t m = 0; m < n; m++)
+        dst[m] = row[ix[m]];
+}
 
 template <class U, class I>
 void gather_chunk(void *ctx, ptrdiff_t c)
@@ -313,50 +459,131 @@ void gather_chunk(void *ctx, ptrdiff_t c)
         j.bad->fetch_or(1, std::memory_order_relaxed);
         return;
     }
+    std::vector<int32_t> ix((size_t)n);  // (buckets < 2**31: the caller's condition)
+    for (ptrdiff_t m = 0; m < n; m++)
+        ix[(size_t)m] = (int32_t)idx[m];
     std::vector<U> stage(j.stream ? (size_t)n : 1);
     for (ptrdiff_t h = 0; h < j.heads; h++) {
         const U *row = (const U *)j.table + h * j.buckets;
+        const uint32_t *wide = j.wide ? j.wide + h * j.buckets : nullptr;
         char *dst = j.out + (h * j.n + p0) * (ptrdiff_t)sizeof(U);
         U *st = j.stream ? stage.data() : (U *)dst;  // cached stores: into the output
-        for (ptrdiff_t m = 0; m < n; m++)
-            st[m] = row[idx[m]];
+        gather_row<U>(j.level, st, row, wide, ix.data(), n);
         if (j.stream)
             put(dst, (const char *)st, n * (ptrdiff_t)sizeof(U), true);
     }
     fence(j.stream);
 }
 
-// Rows [c * tile, ...) of a 2-D index: each a shift of the one before (bit 2 if not).
-template <class I>
-void shifted_chunk(void *ctx, ptrdiff_t c)
-{
-    GatherJob &j = *(GatherJob *)ctx;
-    const ptrdiff_t k = j.cols, i0 = c * j.tile > 0 ? c * j.tile : 1;
-    const ptrdiff_t i1 = (c + 1) * j.tile < j.rows ? (c + 1) * j.tile : j.rows;
-    const I *idx = (const I *)j.index;
-    bool same = true;
-    for (ptrdiff_t i = i0; i < i1 && same; i++)
-        same = std::memcmp(idx + i * k + 1, idx + (i - 1) * k, (size_t)(k - 1) * sizeof(I)) == 0;
-    if (!same)
-        j.bad->fetch_or(2, std::memory_order_relaxed);
-}
-
-template <class U>
+// The rows of one head's chunk: windows of the line. The first head's chunks first compare
+// their index rows with the line (bit 2 and nothing written where one is not a shift: the
+// caller then gathers the whole output in tiles, so what other chunks wrote is replaced).
+template <class U, class I>
 void window_chunk(void *ctx, ptrdiff_t c)
 {
     const GatherJob &j = *(const GatherJob *)ctx;
+    if (j.bad->load(std::memory_order_relaxed))
+        return;
     const ptrdiff_t h = c / j.chunks_per_head, r0 = (c % j.chunks_per_head) * j.chunk_rows;
     const ptrdiff_t r1 = r0 + j.chunk_rows < j.rows ? r0 + j.chunk_rows : j.rows;
     const ptrdiff_t k = j.cols, len = (r1 - r0) + k - 1, first = j.rows - r1;
+    if (h == 0) {
+        const I *idx = (const I *)j.index, *il = (const I *)j.iline;
+        for (ptrdiff_t i = r0; i < r1; i++)
+            if (std::memcmp(idx + i * k, il + (j.rows - 1 - i), (size_t)k * sizeof(I))) {
+                j.bad->fetch_or(2, std::memory_order_relaxed);
+                return;
+            }
+    }
     const U *row = (const U *)j.table + h * j.buckets;
     std::vector<U> seg((size_t)len);
     U *L = seg.data();
     for (ptrdiff_t u = 0; u < len; u++)
         L[u] = row[j.line[first + u]];
     const ptrdiff_t rowb = k * (ptrdiff_t)sizeof(U);
-    char *dst = j.out + (h * j.rows + r0) * rowb;
-    for (ptrdiff_t i = r0; i < r1; i++, dst += rowb)
-        put(dst, (const char *)(L + (r1 - 1 - i)), rowb, j.stream);
+    {
+        Streamer out(j.out + (h * j.rows + r0) * rowb, j.stream);
+        for (ptrdiff_t i = r0; i < r1; i++)
+            out.add((const char *)(L + (r1 - 1 - i)), rowb);
+    }
+    fence(j.stream);
+}
+
+// Rows [r0, r1) of a 2-D index that is not all shifts (Swin's and BEiT's: shifts but for
+// a column in every window row), for every head. A row that is the row before moved one place
+// right except in at most a quarter of its columns is a window of a line buffer, as in
+// window_chunk, with the changed columns looked up; any other row (the chunk's first too) is
+// gathered. The ids of the row before were checked, so only the looked-up ones are.
+template <class U, class I>
+void shift_chunk(void *ctx, ptrdiff_t c)
+{
+    GatherJob &j = *(GatherJob *)ctx;
+    const ptrdiff_t k = j.cols, r0 = c * j.chunk_rows;
+    const ptrdiff_t r1 = r0 + j.chunk_rows < j.rows ? r0 + j.chunk_rows : j.rows, nr = r1 - r0;
+    const I *idx = (const I *)j.index;
+    std::vector<int32_t> ids;  // per row: all its ids (gathered) or (column, id) pairs
+    std::vector<ptrdiff_t> at((size_t)nr + 1);
+    std::vector<char> whole((size_t)nr);
+    bool ok = true;
+    for (ptrdiff_t r = 0; r < nr; r++) {
+        const I *a = idx + (r0 + r) * k, *b = a - k;
+        at[(size_t)r] = (ptrdiff_t)ids.size();
+        bool shift = r > 0;
+        if (shift) {
+            ids.push_back(0);
+            ids.push_back((int32_t)a[0]);
+            ok &= (uint64_t)(int64_t)a[0] < (uint64_t)j.buckets;
+            const ptrdiff_t most = k / 4;
+            ptrdiff_t changed = 1;
+            for (ptrdiff_t m0 = 1; m0 < k && shift; m0 += 8) {
+                const ptrdiff_t e = m0 + 8 < k ? m0 + 8 : k;
+                if (e - m0 == 8) {  // (a reduction the compiler vectorises)
+                    uint64_t d = 0;
+                    for (int t = 0; t < 8; t++)
+                        d |= (uint64_t)(a[m0 + t] ^ b[m0 + t - 1]);
+                    if (d == 0)
+                        continue;
+                }
+                for (ptrdiff_t m = m0; m < e; m++)
+                    if (a[m] != b[m - 1]) {
+                        ids.push_back((int32_t)m);
+                        ids.push_back((int32_t)a[m]);
+                        ok &= (uint64_t)(int64_t)a[m] < (uint64_t)j.buckets;
+                        shift = ++changed <= most;
+                    }
+            }
+            if (!shift)
+                ids.resize((size_t)at[(size_t)r]);
+        }
+        whole[(size_t)r] = !shift;
+        if (!shift)
+            for (ptrdiff_t m = 0; m < k; m++) {
+                ok &= (uint64_t)(int64_t)a[m] < (uint64_t)j.buckets;
+                ids.push_back((int32_t)a[m]);
+            }
+        if (!ok) {
+            j.bad->fetch_or(1, std::memory_order_relaxed);
+            return;
+        }
+    }
+    at[(size_t)nr] = (ptrdiff_t)ids.size();
+    const ptrdiff_t rowb = k * (ptrdiff_t)sizeof(U);
+    std::vector<U> line((size_t)(nr + k - 1));
+    for (ptrdiff_t h = 0; h < j.heads; h++) {
+        const U *row = (const U *)j.table + h * j.buckets;
+        const uint32_t *wide = j.wide ? j.wide + h * j.buckets : nullptr;
+        Streamer out(j.out + (h * j.rows + r0) * rowb, j.stream);
+        for (ptrdiff_t r = 0; r < nr; r++) {
+            U *L = line.data() + (nr - 1 - r);  // row r - 1 one place right
+            const int32_t *p = ids.data() + at[(size_t)r], *e = ids.data() + at[(size_t)r + 1];
+            if (whole[(size_t)r])
+                gather_row<U>(j.level, L, row, wide, p, k);
+            else
+                for (; p < e; p += 2)
+                    L[p[0]] = row[p[1]];
+            out.add((const char *)L, rowb);
+        }
+    }
     fence(j.stream);
 }
 
@@ -373,29 +600,50 @@ bool gather(GatherJob job, int nthreads)
     // windows pay when a row is long enough to stream from the line (a shorter row is staged
     // by the tile gather anyway)
     if (job.rows >= 2 && job.cols * (ptrdiff_t)sizeof(U) >= 256) {
-        job.tile = kChunk / (job.cols * (ptrdiff_t)sizeof(I)) + 1;
-        parallel_for((job.rows + job.tile - 1) / job.tile, nthreads, shifted_chunk<I>, &job);
-        if (bad.load() == 0) {
-            const ptrdiff_t len = job.rows + job.cols - 1;
-            std::vector<int64_t> line((size_t)len);
-            const I *idx = (const I *)job.index;
-            for (ptrdiff_t u = 0; u < job.rows - 1; u++)  // column 0, bottom row up
-                line[(size_t)u] = (int64_t)idx[(job.rows - 1 - u) * job.cols];
-            for (ptrdiff_t m = 0; m < job.cols; m++)  // row 0
-                line[(size_t)(job.rows - 1 + m)] = (int64_t)idx[m];
-            for (ptrdiff_t u = 0; u < len; u++)
-                if ((uint64_t)line[(size_t)u] >= (uint64_t)job.buckets)
-                    return false;
-            job.line = line.data();
-            const ptrdiff_t rowb = job.cols * (ptrdiff_t)sizeof(U);
-            job.chunk_rows = kChunk / rowb > 0 ? kChunk / rowb : 1;
-            job.chunks_per_head = (job.rows + job.chunk_rows - 1) / job.chunk_rows;
-            parallel_for(job.heads * job.chunks_per_head, nthreads, window_chunk<U>, &job);
-            return true;
+        const ptrdiff_t len = job.rows + job.cols - 1;
+        std::vector<int64_t> line((size_t)len);
+        std::vector<I> iline((size_t)len);
+        const I *idx = (const I *)job.index;
+        for (ptrdiff_t u = 0; u < job.rows - 1; u++)  // column 0, bottom row up
+            iline[(size_t)u] = idx[(job.rows - 1 - u) * job.cols];
+        for (ptrdiff_t m = 0; m < job.cols; m++)  // row 0
+            iline[(size_t)(job.rows - 1 + m)] = idx[m];
+        for (ptrdiff_t u = 0; u < len; u++) {
+            line[(size_t)u] = (int64_t)iline[(size_t)u];
+            if ((uint64_t)line[(size_t)u] >= (uint64_t)job.buckets)
+                return false;  // (an index value, whatever the rows are)
         }
+        job.line = line.data();
+        job.iline = (const char *)iline.data();
+        const ptrdiff_t rowb = job.cols * (ptrdiff_t)sizeof(U);
+        job.chunk_rows = kChunk / rowb > 0 ? kChunk / rowb : 1;
+        job.chunks_per_head = (job.rows + job.chunk_rows - 1) / job.chunk_rows;
+        parallel_for(job.heads * job.chunks_per_head, nthreads, window_chunk<U, I>, &job);
+        if (bad.load() == 0)
+            return true;
         bad.store(0);
     }
-    job.tile = kPiece / (ptrdiff_t)sizeof(U);
+    job.level = simd_level();
+    std::vector<uint32_t> wide;
+    job.wide = nullptr;
+    if (sizeof(U) == 2 && job.level >= 1) {  // 32-bit lanes for the vector gathers
+        wide.resize((size_t)(job.heads * job.buckets));
+        const uint16_t *t = (const uint16_t *)job.table;
+        for (size_t u = 0; u < wide.size(); u++)
+            wide[u] = t[u];
+        job.wide = wide.data();
+    }
+    if (job.rows >= 2 && job.cols * (ptrdiff_t)sizeof(U) >= 256) {
+        // rows of a few dozen: the gathered first row of each is a small part
+        const ptrdiff_t rowb = job.cols * (ptrdiff_t)sizeof(U);
+        const ptrdiff_t want = 4 * kChunk / (rowb * job.heads);
+        job.chunk_rows = want > 32 ? want : 32;
+        parallel_for((job.rows + job.chunk_rows - 1) / job.chunk_rows, nthreads,
+                     shift_chunk<U, I>, &job);
+        return bad.load() == 0;
+    }
+    // ids (int32) and the staged rows of every head within L2
+    job.tile = 2048;
     parallel_for((job.n + job.tile - 1) / job.tile, nthreads, gather_chunk<U, I>, &job);
     return bad.load() == 0;
 }

@@ -163,6 +163,70 @@ def test_relative_bias_large_streamed_and_t5_index():
     _same_bits(arrpos.relative_bias(table, index), ref)
 
 
+def _window_index(w, cls):
+    """Swin's relative_position_index for a w x w window (BEiT's with its three class-token
+    ids when ``cls``): rows that are shifts of the row before but for one column a window
+    row, and one row in w gathered whole."""
+    c = np.stack(np.meshgrid(np.arange(w), np.arange(w), indexing="ij")).reshape(2, -1)
+    rel = (c[:, :, None] - c[:, None, :]).transpose(1, 2, 0) + (w - 1)
+    idx = rel[..., 0] * (2 * w - 1) + rel[..., 1]
+    if not cls:
+        return idx
+    n = (2 * w - 1) ** 2
+    out = np.empty((w * w + 1, w * w + 1), idx.dtype)
+    out[1:, 1:], out[0, 1:], out[1:, 0], out[0, 0] = idx, n, n + 1, n + 2
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.sampled_from(["t5", "swin", "beit", "random rows"]), w=st.integers(8, 20),
+       heads=st.integers(1, 17), dtype=st.sampled_from(DTYPES),
+       idt=st.sampled_from([np.int64, np.int32]), edits=st.integers(0, 3), data=st.data())
+def test_relative_bias_2d_index_paths_equal_generic(kind, w, heads, dtype, idt, edits, data):
+    # the compiled gather's row paths (windows of one line, rows moved on from the row before
+    # with changed columns looked up, whole rows gathered), with a few ids edited anywhere so
+    # that each path meets the rows it must not take
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    if kind == "t5":
+        q = data.draw(st.integers(2, 130))
+        index = np.asarray(arrpos.t5_bucket(arrpos.relative_positions(q, w * w)))
+    elif kind == "random rows":
+        index = rng.integers(0, 50, size=(data.draw(st.integers(2, 70)), w * w))
+    else:
+        index = _window_index(w, kind == "beit")
+    index = index.astype(idt)
+    buckets = int(index.max()) + 1 + data.draw(st.integers(0, 3))
+    for _ in range(edits):
+        i, j = rng.integers(0, index.shape[0]), rng.integers(0, index.shape[1])
+        index[i, j] = rng.integers(0, buckets)
+    table = rng.standard_normal((buckets, heads)).astype(dtype)
+    got = arrpos.relative_bias(table, index)
+    _served("relative_bias", table, index, dtype=table.dtype)
+    _same_bits(got, _xp.relative_bias(table, index, dtype=table.dtype, xp=xp))
+    if index.size:  # an id out of range anywhere (a changed column, a shifted one) is refused
+        i, j = rng.integers(0, index.shape[0]), rng.integers(0, index.shape[1])
+        bad = index.copy()
+        bad[i, j] = buckets if data.draw(st.booleans()) else -1
+        with pytest.raises(ValueError, match="index"):
+            arrpos.relative_bias(table, bad)
+
+
+@pytest.mark.parametrize("kind,w,dtype", [("beit", 24, np.float32), ("swin", 16, np.float16),
+                                          ("beit", 13, np.float64), ("t5", 23, np.float32)])
+def test_relative_bias_2d_index_streamed(kind, w, dtype):
+    # outputs past the streaming threshold, rows of lengths that are not whole cache lines
+    if kind == "t5":
+        index = arrpos.t5_bucket(arrpos.relative_positions(601, w * w + 2))
+    else:
+        index = _window_index(w, kind == "beit")
+    heads = max(2, (12 << 20) // (index.size * np.dtype(dtype).itemsize))
+    table = np.random.default_rng(2).standard_normal((int(index.max()) + 1, heads))
+    table = table.astype(dtype)
+    ref = _xp.relative_bias(table, index, dtype=table.dtype, xp=xp)
+    _same_bits(arrpos.relative_bias(table, index), ref)
+    _same_bits(arrpos.relative_bias(table, index.astype(np.int32)), ref)
+
+
 def test_relative_bias_index_out_of_range_raises():
     from arrpos._backends.host import driver
 
