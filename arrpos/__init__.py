@@ -42,6 +42,7 @@ from ._relative import (
     shaw_index,
     shaw_key_scores,
     shaw_value_term,
+    t5_bias,
     t5_bucket,
     transformer_xl_scores,
 )
@@ -112,6 +113,7 @@ __all__ = sorted(
         "shaw_index",
         "shaw_key_scores",
         "shaw_value_term",
+        "t5_bias",
         "t5_bucket",
         "transformer_xl_scores",
     ]

@@ -136,6 +136,9 @@ def t5_rows(rounds, quick):
         return arrpos.relative_bias(table, arrpos.t5_bucket(arrpos.relative_positions(
             q, k, xp=torch)))
 
+    def t5_fused():
+        return arrpos.t5_bias(table, q, k)
+
     def hf():
         with torch.no_grad():
             return att.compute_bias(q, k)
@@ -147,6 +150,8 @@ def t5_rows(rounds, quick):
                      "stream 1": one_thread(lambda: host.stream_fill(buf))}, rounds=rounds)
     t.update(interleaved({"t5": _torch_held(torch, n, t5_bias), "t5 1": one_thread(
                           _torch_held(torch, 1, t5_bias)),
+                          "fused": _torch_held(torch, n, t5_fused),
+                          "fused 1": one_thread(_torch_held(torch, 1, t5_fused)),
                           "hf": _torch_held(torch, n, hf), "hf 1": _torch_held(torch, 1, hf)},
                          rounds=rounds))
     size = f"({h}, {q}, {k}) f32"
@@ -161,7 +166,13 @@ def t5_rows(rounds, quick):
             ("T5 bias: t5_bucket + relative_bias", size, t["t5"] * 1e3, "",
              f"{t['hf'] / t['t5']:.2f} x faster than transformers T5Attention.compute_bias"),
             ("T5 bias, 1 thread", size, t["t5 1"] * 1e3, "",
-             f"{t['hf 1'] / t['t5 1']:.2f} x faster than compute_bias, 1 thread")]
+             f"{t['hf 1'] / t['t5 1']:.2f} x faster than compute_bias, 1 thread"),
+            ("T5 bias: t5_bias(table, q, k)", size, t["fused"] * 1e3,
+             _limit(t, "fused", "stream"),
+             f"{t['hf'] / t['fused']:.2f} x faster than transformers T5Attention.compute_bias"),
+            ("T5 bias: t5_bias, 1 thread", size, t["fused 1"] * 1e3,
+             _limit(t, "fused 1", "stream 1"),
+             f"{t['hf 1'] / t['fused 1']:.2f} x faster than compute_bias, 1 thread")]
 
 
 def bucket_rows(rounds, quick):

@@ -99,6 +99,50 @@ def test_t5_bucket_equals_transformers(backend, num_buckets, max_distance, bidir
     np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.parametrize("q,k,off", [(300, 500, 0), (1, 700, 699), (130, 129, 0), (1, 1, 0),
+                                     (5, 400, 3), (0, 7, 0), (6, 0, 0)])
+@pytest.mark.parametrize("decoder", [False, True])
+def test_t5_bias_equals_transformers_compute_bias(q, k, off, decoder):
+    torch = pytest.importorskip("torch")
+    t5 = pytest.importorskip("transformers.models.t5.modeling_t5")
+    from transformers import T5Config
+
+    cfg = T5Config(num_heads=6, d_model=48, d_kv=8, relative_attention_num_buckets=32,
+                   relative_attention_max_distance=128, is_decoder=decoder)
+    torch.manual_seed(0)
+    att = t5.T5Attention(cfg, has_relative_attention_bias=True).eval()
+    table = att.relative_attention_bias.weight.detach()
+    with torch.no_grad():
+        ref = att.compute_bias(q, k, past_seen_tokens=off)[0]
+    got = arrpos.t5_bias(table, q, k, bidirectional=not decoder, query_offset=off)
+    assert got.dtype == ref.dtype and torch.equal(got, ref)
+
+
+def test_t5_bias_equals_unfused(backend):
+    # the lengths' form against relative_bias(table, t5_bucket(relative_positions(...))), on
+    # every backend, both directions, offsets either side, several bucket counts
+    rng = np.random.default_rng(3)
+    for nb, md, q, k, off, bid in [(32, 128, 40, 300, 0, True), (16, 20, 9, 70, -30, False),
+                                   (64, 1000, 33, 33, 260, True), (8, 5, 3, 4, 1, True)]:
+        table = backend.asarray(rng.standard_normal((nb, 3)).astype(np.float32))
+        rel = arrpos.relative_positions(q, k, query_offset=off, xp=backend.module)
+        ref = arrpos.relative_bias(table, arrpos.t5_bucket(rel, bidirectional=bid,
+                                                           num_buckets=nb, max_distance=md))
+        got = arrpos.t5_bias(table, q, k, bidirectional=bid, max_distance=md, query_offset=off)
+        np.testing.assert_array_equal(backend.to_numpy(got), backend.to_numpy(ref))
+
+
+def test_t5_bias_refuses():
+    with pytest.raises(TypeError, match="table"):
+        arrpos.t5_bias(np.zeros((32, 2), np.int64), 3, 3)
+    with pytest.raises(ValueError, match="table"):
+        arrpos.t5_bias(np.zeros(32), 3, 3)
+    with pytest.raises(ValueError, match="query_len"):
+        arrpos.t5_bias(np.zeros((32, 2)), -1, 3)
+    with pytest.raises(ValueError, match="num_buckets"):  # the table's rows are the buckets
+        arrpos.t5_bias(np.zeros((2, 2)), 3, 3)
+
+
 def test_t5_no_warning_no_nan():
     import warnings
 

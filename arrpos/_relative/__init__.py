@@ -18,6 +18,7 @@ from .scores import (
     relative_bias,
     shaw_key_scores,
     shaw_value_term,
+    t5_bias,
     transformer_xl_scores,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "shaw_index",
     "shaw_key_scores",
     "shaw_value_term",
+    "t5_bias",
     "t5_bucket",
     "transformer_xl_scores",
 ]

@@ -11,12 +11,16 @@ from .._lib import (
     broadcast_leads,
     check_array,
     check_index,
+    check_offset,
+    check_positive_int,
     check_real_scalar,
+    check_size,
     device_of,
     work_float,
 )
 from .._lib._namespace import dense_array
 from ..typing import Array
+from .buckets import t5_bucket
 
 __all__ = [
     "deberta_scores",
@@ -24,6 +28,7 @@ __all__ = [
     "relative_bias",
     "shaw_key_scores",
     "shaw_value_term",
+    "t5_bias",
     "transformer_xl_scores",
 ]
 
@@ -102,6 +107,80 @@ def relative_bias(table: Array, index: Array, /) -> Array:
     return _dispatch.call("relative_bias", xp, table, index, arrays=(table, index),
                           dtype=table.dtype, check=lambda: check_index(
                               xp, index, table.shape[0], "index", "the rows of table"))
+
+
+def t5_bias(table: Array, query_len: int, key_len: int, /, *, bidirectional: bool = True,
+            max_distance: int = 128, query_offset: int = 0) -> Array:
+    """T5's position bias of ``query_len`` queries against ``key_len`` keys, from the lengths:
+    ``relative_bias(table, t5_bucket(relative_positions(query_len, key_len, ...), ...))``
+    without bucketing the ``(q, k)`` distances.
+
+    Parameters
+    ----------
+    table : array
+        Real ``(num_buckets, heads)``: T5's ``relative_attention_bias.weight`` (its rows are
+        the buckets, ``num_buckets`` of :func:`t5_bucket`).
+    query_len, key_len : int
+        Number of queries and keys (>= 0).
+    bidirectional : bool, optional
+        ``not is_decoder`` in transformers' ``T5Attention``.
+    max_distance : int, optional
+        T5's ``relative_attention_max_distance``.
+    query_offset : int, optional
+        Absolute position of the first query (transformers' ``cache_position[0]``; as for
+        :func:`relative_positions`).
+
+    Returns
+    -------
+    array
+        ``(heads, query_len, key_len)`` in ``table``'s dtype, equal to ``relative_bias`` of the
+        bucketed matrix, bit for bit (transformers' ``compute_bias(q, k)[0]``).
+
+    Raises
+    ------
+    TypeError
+        ``table`` not a floating array; non-int lengths or options.
+    ValueError
+        ``table`` not 2-D; what :func:`t5_bucket` and :func:`relative_positions` refuse.
+
+    Notes
+    -----
+    A bucket depends on the distance ``j - i`` only, so the ``q + k - 1`` distinct distances
+    are bucketed once, their rows of ``table`` gathered, and the bias is the gather of those
+    rows by ``j - i + q - 1`` (int32 ids): no bucket matrix; the compiled gather copies
+    windows of one line of values per head. Backend support:
+    generic Array API code on every namespace; ``relative_bias``'s kernels where it has them.
+
+    Examples
+    --------
+    >>> import numpy as np, arrpos
+    >>> table = np.arange(64.0).reshape(32, 2)
+    >>> arrpos.t5_bias(table, 2, 3)[0].tolist()
+    [[0.0, 34.0, 36.0], [2.0, 0.0, 34.0]]
+    """
+    xp = array_namespace(table, name="table")
+    check_array(xp, table, "table", kind="floating")
+    if table.ndim != 2:
+        raise ValueError(f"table must have shape (num_buckets, heads), got {tuple(table.shape)}")
+    q = check_positive_int(query_len, "query_len", minimum=0)
+    k = check_positive_int(key_len, "key_len", minimum=0)
+    check_size(q * k, "the bias matrix")
+    dev = device_of(table)
+    query_offset = check_offset(xp, query_offset, q, k, device=dev)
+    # the line of distances j - (i + offset) for u = j - i + q - 1 in [0, q + k - 1)
+    n = max(q + k - 1, 0)
+    line = xp.arange(n, device=dev) - (q - 1 + query_offset)
+    buckets = t5_bucket(line, bidirectional=bidirectional, num_buckets=table.shape[0],
+                        max_distance=max_distance)
+    # each distance's row of the table: the bias is a gather of those rows by j - i + q - 1
+    # (rows that are shifts of each other: the compiled gather's windows)
+    rows = xp.take(table, buckets, axis=0)
+    idt = xp.int32 if n < 2**31 else buckets.dtype
+    if q == 0 or k == 0:
+        return relative_bias(table, xp.zeros((q, k), dtype=idt, device=dev))
+    ids = (xp.reshape(xp.arange(k, dtype=idt, device=dev), (1, k))
+           - xp.reshape(xp.arange(q, dtype=idt, device=dev), (q, 1)) + (q - 1))
+    return relative_bias(rows, ids)
 
 
 def rel_shift(scores: Array, /) -> Array:

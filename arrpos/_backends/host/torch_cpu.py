@@ -287,7 +287,8 @@ def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
 
 def relative_bias(table, index, *, dtype, xp):
     out = _empty((table.shape[1],) + tuple(index.shape), table.dtype)
-    driver.relative_gather_into(_np(table), _ids(index), _np(out))
+    ids = index.numpy() if index.dtype == torch.int32 else _ids(index)  # (the kernel's two)
+    driver.relative_gather_into(_np(table), ids, _np(out))
     return out
 
 
