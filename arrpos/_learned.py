@@ -306,14 +306,11 @@ def resample(table: Array, /, size: Size, *, old_size: Size | None = None, prefi
     dim = table.shape[-1]
     check_size(math.prod(lead) * (prefix + math.prod(new)) * dim,
                f"the resampled table (size={size!r})")
-    work, single = work_dtype(xp, table)
-    grid = xp.reshape(xp.astype(table[..., prefix:, :], work), lead + old + (dim,))
-    grid = resample_grid(xp, grid, old, new, method=method, antialias=antialias,
-                          align_corners=align_corners, single=single)
-    out = round_once(xp, xp.reshape(grid, lead + (math.prod(new), dim)), table.dtype)
-    if prefix:
-        out = xp.concat([table[..., :prefix, :], out], axis=-2)
-    return out
+    _, single = work_dtype(xp, table)
+    grid = xp.reshape(table[..., prefix:, :], lead + old + (dim,))
+    return resample_grid(xp, grid, old, new, method=method, antialias=antialias,
+                         align_corners=align_corners, single=single,
+                         prefix=table[..., :prefix, :] if prefix else None)
 
 
 def _grid_order(h, w, merge):
@@ -425,20 +422,20 @@ def resample_grids(table: Array, grids: Grids, /, *, old_size: Shape | None = No
     rows, dim = table.shape
     old = _table_grid(old_size, rows)
     length = _grids_length(host, pad_to, dim)
-    work, single = work_dtype(xp, table)
+    _, single = work_dtype(xp, table)
     dev = device_of(table)
-    grid = xp.reshape(xp.astype(table, work), old + (dim,))
+    grid = xp.reshape(table, old + (dim,))  # each size resampled and rounded once
     parts, offsets, start = [], {}, 0
     for h, w in dict.fromkeys(map(tuple, host[:, 1:].tolist())):
         size = (max(h, w),) * 2 if preserve else (h, w)
         check_size(math.prod(size) * dim, f"the grid {size}")
         out = resample_grid(xp, grid, old, size, method=method, antialias=antialias,
                              align_corners=align_corners, single=single)
-        parts.append(xp.reshape(out[:h, :w, :], (h * w, dim)))
+        parts.append(xp.reshape(xp.reshape(out, size + (dim,))[:h, :w, :], (h * w, dim)))
         offsets[(h, w)] = start
         start += h * w
     if pad_to is not None:  # one zero row at the end serves every padding row
-        parts.append(xp.zeros((1, dim), dtype=work, device=dev))
+        parts.append(xp.zeros((1, dim), dtype=table.dtype, device=dev))
     if not parts:
         return xp.zeros((0, dim), dtype=table.dtype, device=dev)
     index = _grids_index(host, merge, offsets, length, pad=start)
@@ -446,7 +443,7 @@ def resample_grids(table: Array, grids: Grids, /, *, old_size: Shape | None = No
                    xp.asarray(index, dtype=index_dtype(xp, dev), device=dev), axis=0)
     if length is not None:
         flat = xp.reshape(flat, (len(host), length, dim))
-    return round_once(xp, flat, table.dtype)
+    return flat
 
 
 def _table_grid(old_size, rows):
@@ -640,17 +637,20 @@ def resize_relative_table(table: Array, /, window: Shape, *, old_window: Shape |
     check_size(math.prod(lead) * (math.prod(new) + extra) * heads,
                f"the resized table (window={window!r})")
     work, single = work_dtype(xp, table)
-    grid = xp.reshape(xp.astype(table[..., :n, :], work), lead + old + (heads,))
+    grid = xp.reshape(table[..., :n, :], lead + old + (heads,))
     if method != "geometric":
-        grid = resample_grid(xp, grid, old, new, method=method, antialias=antialias,
-                              align_corners=False, single=single)
+        grid = xp.reshape(resample_grid(xp, grid, old, new, method=method,
+                                        antialias=antialias, align_corners=False,
+                                        single=single), lead + new + (heads,))
     elif old != new:  # timm maps every axis once any axis changes
         dev = device_of(table)
+        grid = xp.astype(grid, work)
         for axis, (n_in, n_out) in enumerate(zip(old, new)):
             index, weight = _weights_geometric(n_in, n_out, single)
             index = xp.asarray(index, dtype=index_dtype(xp, dev), device=dev)
             grid = apply_taps(xp, grid, index, from_host(xp, weight, work, dev), axis - k - 1)
-    out = round_once(xp, xp.reshape(grid, lead + (math.prod(new), heads)), table.dtype)
+        grid = round_once(xp, grid, table.dtype)
+    out = xp.reshape(grid, lead + (math.prod(new), heads))
     if extra:
         out = xp.concat([out, table[..., n:, :]], axis=-2)
     return out

@@ -1,17 +1,21 @@
 """Resampling taps: the separable weights of ``torch.nn.functional.interpolate`` (``linear`` /
 ``bilinear`` / ``bicubic``, with or without antialias), built on the host in torch's own
-precision, and their application per axis by one gather and a weighted sum (the generic
-computation of ``resample``, ``resample_grids`` and ``resize_relative_table``).
+precision once per size pair, and their application per axis (the op ``resample_grid`` of
+``resample``, ``resample_grids`` and ``resize_relative_table``: the compiled kernels where
+they serve, else one gather and a weighted sum per axis, ``_backends._xp``).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from ._lib import device_of, from_host, has_float64, index_dtype
+from . import _dispatch
+from ._backends._xp import apply_taps, work_dtype
 
-__all__ = ["apply_taps", "resample_grid", "weights_1d", "weights_1d_aa", "work_dtype"]
+__all__ = ["apply_taps", "host_taps", "resample_grid", "weights_1d", "weights_1d_aa",
+           "work_dtype"]
 
 _CUBIC_A = -0.75  # torch's (and OpenCV's) bicubic coefficient
 _AA_CUBIC_A = -0.5  # torch's antialiased bicubic uses Keys' (and PIL's) coefficient instead
@@ -122,36 +126,25 @@ def weights_1d_aa(n_in, n_out, method, single, align_corners=False):
     return np.where(valid, taps, 0), np.where(valid, w, f(0.0)).astype(np.float64)
 
 
-def apply_taps(xp, grid, index, weight, axis):
-    """Resample axis ``axis`` (negative) of ``grid`` with taps ``(n_out, T)``: one gather of
-    ``n_out * T`` rows and a weighted sum, so memory follows the output (``T`` is 2 or 4, or
-    about twice the shrink factor with antialias), not ``n_out * n_in`` as a dense matrix."""
-    n_out, taps = index.shape
-    ax = grid.ndim + axis
-    rows = xp.take(grid, xp.reshape(index, (n_out * taps,)), axis=ax)
-    rows = xp.reshape(rows, tuple(grid.shape[:ax]) + (n_out, taps) + tuple(grid.shape[ax + 1:]))
-    w = xp.reshape(weight, (n_out, taps) + (1,) * (grid.ndim - ax - 1))
-    return xp.sum(rows * w, axis=ax + 1)
+@functools.lru_cache(maxsize=128)
+def host_taps(n_in, n_out, method, antialias, single, align_corners):
+    """The taps ``(index, weight)`` of one axis (``weights_1d_aa`` or ``weights_1d``), made
+    once per size pair and kept read-only: a ViT resamples its table at every new resolution,
+    and building them costs more than applying them to a small table."""
+    weights = weights_1d_aa if antialias else weights_1d
+    index, weight = weights(n_in, n_out, method, single, align_corners)
+    index, weight = np.ascontiguousarray(index, np.int64), np.ascontiguousarray(weight)
+    index.flags.writeable = weight.flags.writeable = False
+    return index, weight
 
 
-def work_dtype(xp, table):
-    """``(work dtype, single)``: float64 where the device has it (the taps are applied there
-    and the result rounded once: closer to the exact kernel than any float32 accumulation
-    order, torch's included); ``single`` when torch would form the weights in float32."""
-    work = xp.float64 if has_float64(xp, device_of(table)) else xp.float32
-    return work, table.dtype != getattr(xp, "float64", None)
-
-
-def resample_grid(xp, grid, old, new, *, method, antialias, align_corners, single):
-    """Resample the grid axes ``old`` (just before the feature axis) of ``grid`` to ``new``,
-    one gather of torch's taps per axis, in ``grid``'s (working) dtype."""
-    dev = device_of(grid)
-    for axis, (n_in, n_out) in enumerate(zip(old, new)):
-        if n_in == n_out:
-            continue  # torch's weights are the identity then
-        weights = weights_1d_aa if antialias else weights_1d
-        index, weight = weights(n_in, n_out, method, single, align_corners)
-        index = xp.asarray(index, dtype=index_dtype(xp, dev), device=dev)
-        weight = from_host(xp, weight, grid.dtype, dev)
-        grid = apply_taps(xp, grid, index, weight, axis - len(old) - 1)
-    return grid
+def resample_grid(xp, grid, old, new, *, method, antialias, align_corners, single,
+                  prefix=None):
+    """Resample the grid axes ``old`` (just before the feature axis) of ``grid`` to ``new``
+    with torch's taps, the first axis first, in float64 where the device has it, rounded once
+    to ``grid``'s dtype: ``(..., P + prod(new), C)``, the rows of ``prefix`` ``(..., P, C)``
+    first (written in place by the kernels: no concatenation afterwards)."""
+    taps = tuple(None if n_in == n_out
+                 else host_taps(n_in, n_out, method, antialias, single, align_corners)
+                 for n_in, n_out in zip(old, new))
+    return _dispatch.call("resample_grid", xp, grid, prefix, taps=taps, dtype=grid.dtype)

@@ -2,8 +2,8 @@
 the compiled kernels (through the public functions) against the write limit of the same output
 and the code users run today (BLOOM's ``build_alibi_tensor``, T5's ``compute_bias`` in
 transformers, the NumPy formula, wav2vec2's and CPVT's depthwise ``conv1d`` / ``conv2d`` in
-torch), at the kernels' threads and at one thread (torch held to the same count), in one
-interleaved run."""
+torch, timm's ``resample_abs_pos_embed``), at the kernels' threads and at one thread (torch
+held to the same count), in one interleaved run."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,6 +23,10 @@ CONV = (8, 1024, 768, 5)  # batch, length, channels, kernel (wav2vec2-sized)
 CONV_QUICK = (2, 512, 768, 5)
 CONV2D = (8, 32, 32, 384, 3)  # batch, H, W, channels, kernel (CPVT's PEG)
 CONV2D_QUICK = (2, 16, 16, 384, 3)
+# (old grid, new grid, width, antialias): a ViT-L table at a new resolution, timm's defaults
+RESAMPLE = (((14, 14), (32, 32), 1024, True), ((14, 14), (32, 32), 1024, False),
+            ((24, 24), (48, 48), 1024, True))
+RESAMPLE_QUICK = (((14, 14), (32, 32), 1024, True),)
 
 
 def _threads() -> int:
@@ -270,6 +274,75 @@ def conv_rows(rounds, quick):
     return rows
 
 
+def _timm_resample(torch):
+    """timm's ``resample_abs_pos_embed``, its own source: from timm's installed file, as
+    timm's package import needs torchvision (absent beside the CPU torch here)."""
+    import ast
+    import importlib.util
+    import math
+    import pathlib
+    import typing
+
+    try:
+        from timm.layers import resample_abs_pos_embed
+        return resample_abs_pos_embed
+    except ImportError:
+        pass
+    spec = importlib.util.find_spec("timm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = pathlib.Path(spec.submodule_search_locations[0]) / "layers" / "pos_embed.py"
+    tree = ast.parse(path.read_text())
+    fn = next((node for node in tree.body if isinstance(node, ast.FunctionDef)
+               and node.name == "resample_abs_pos_embed"), None)
+    if fn is None:
+        return None
+    fn.decorator_list = []  # (torch.fx registrations)
+    scope = {"torch": torch, "F": torch.nn.functional, "math": math, "List": typing.List,
+             "Optional": typing.Optional, "is_exporting": lambda: False, "_logger": None}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec"), scope)
+    return scope["resample_abs_pos_embed"]
+
+
+def resample_rows(rounds, quick):
+    try:
+        import torch
+    except ImportError:
+        return []
+    timm_fn = _timm_resample(torch)
+    if timm_fn is None:
+        return []
+    n = _threads()
+    gen = torch.Generator().manual_seed(0)
+    funcs, cases = {}, []
+    for old, new, dim, aa in RESAMPLE_QUICK if quick else RESAMPLE:
+        table = torch.randn(1, 1 + old[0] * old[1], dim, generator=gen)
+        name = f"{old[0]}x{old[1]}->{new[0]}x{new[1]} aa={aa}"
+        cases.append((name, old, new, dim, aa))
+
+        def mine(table=table, new=new, aa=aa):
+            return arrpos.resample(table, new, prefix_tokens=1, method="cubic", antialias=aa)
+
+        def timm(table=table, new=new, aa=aa):  # timm's defaults: bicubic, one class token
+            with torch.no_grad():
+                return timm_fn(table, list(new), num_prefix_tokens=1, antialias=aa)
+
+        for m in sorted({1, n}):
+            funcs[f"{name} {m}"] = _torch_held(torch, m, mine) if m == n else one_thread(mine)
+            funcs[f"{name} timm {m}"] = _torch_held(torch, m, timm)
+    t = interleaved(funcs, rounds=rounds)
+    rows = []
+    for name, old, new, dim, aa in cases:
+        for m in sorted({1, n}):
+            tail = "" if m == n else ", 1 thread"
+            rows.append((f"resample cubic{' antialias' if aa else ''} (torch){tail}",
+                         f"1+{old[0]}x{old[1]} -> 1+{new[0]}x{new[1]} x {dim}",
+                         t[f"{name} {m}"] * 1e3, "",
+                         f"{t[f'{name} timm {m}'] / t[f'{name} {m}']:.2f} x faster than timm "
+                         "resample_abs_pos_embed (F.interpolate)"))
+    return rows
+
+
 def run(quick=False, rounds=None):
     if _dispatch.front_end("host.numpy") is None:
         return [], "families: compiled extension unavailable, nothing to compare"
@@ -277,7 +350,7 @@ def run(quick=False, rounds=None):
 
     rounds = rounds or (5 if quick else 15)
     rows = []
-    for part in (alibi_rows, mask_rows, t5_rows, bucket_rows, conv_rows):
+    for part in (alibi_rows, mask_rows, t5_rows, bucket_rows, conv_rows, resample_rows):
         # each group starts with the output blocks the one before kept given back: 512 MiB
         # ALiBi blocks filling the reuse budget would leave the next group's 64 MiB outputs
         # freshly mapped (page faults) on every call

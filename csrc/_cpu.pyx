@@ -476,6 +476,15 @@ cdef extern from "families.hpp" namespace "arrpos::fam":
         int act
         bint residual
     void conv_grid[T](ConvJob job, int nthreads) noexcept nogil
+    cdef struct ResampleJob:
+        const char *x
+        char *out
+        const int64_t *hidx
+        const double *hw
+        const int64_t *widx
+        const double *ww
+        Py_ssize_t outer, H, W, C, Ho, Wo, th, tw, xs_outer, xs_h, xs_w, os_outer
+    void resample[T](ResampleJob job, int nthreads) noexcept nogil
 
 
 cdef inline bint _out_ok(cnp.ndarray out, int code, Py_ssize_t size) noexcept:
@@ -691,3 +700,87 @@ def conv_grid_into(cnp.ndarray x, cnp.ndarray w, object bias, cnp.ndarray out, i
             conv_grid[f16](job, nthreads)
         else:
             conv_grid[bf16](job, nthreads)
+
+
+cdef bint _taps_ok(object index, object weight, Py_ssize_t n_in, Py_ssize_t n_out):
+    """Host taps ``(n_out, T)``: int64 indices within ``[0, n_in)`` and float64 weights, both
+    C-contiguous; None for both: an axis that keeps its length."""
+    cdef cnp.ndarray ix
+    cdef cnp.ndarray wt
+    cdef const int64_t *p
+    cdef Py_ssize_t k
+    if index is None or weight is None:
+        return index is None and weight is None and n_in == n_out
+    ix, wt = index, weight
+    if cnp.PyArray_NDIM(ix) != 2 or cnp.PyArray_NDIM(wt) != 2 \
+            or cnp.PyArray_TYPE(ix) != cnp.NPY_INT64 or cnp.PyArray_TYPE(wt) != cnp.NPY_FLOAT64 \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(ix) or not cnp.PyArray_IS_C_CONTIGUOUS(wt) \
+            or not cnp.PyArray_ISNOTSWAPPED(ix) or not cnp.PyArray_ISNOTSWAPPED(wt) \
+            or ix.shape[0] != n_out or wt.shape[0] != n_out or ix.shape[1] != wt.shape[1] \
+            or ix.shape[1] < 1:
+        return False
+    p = <const int64_t *>cnp.PyArray_DATA(ix)
+    for k in range(cnp.PyArray_SIZE(ix)):
+        if p[k] < 0 or p[k] >= n_in:
+            return False
+    return True
+
+
+def resample_into(cnp.ndarray x, object hidx, object hw, object widx, object ww,
+                  cnp.ndarray out, int code, int nthreads=1):
+    """Resample ``x (outer, H, W, C)`` (storage ``code``, any element strides but a
+    contiguous last axis) into ``out (outer, Ho, Wo, C)`` (each plane C-contiguous): taps
+    ``(hidx, hw)`` ``(Ho, th)`` along H, then ``(widx, ww)`` ``(Wo, tw)`` along W (None: the
+    axis keeps its length), summed in float64 in tap order, rounded once."""
+    cdef Py_ssize_t item
+    cdef cnp.ndarray a
+    if cnp.PyArray_NDIM(x) != 4 or cnp.PyArray_NDIM(out) != 4 or not _is(x, code) \
+            or not _is(out, code) or not cnp.PyArray_ISNOTSWAPPED(x) \
+            or not cnp.PyArray_ISWRITEABLE(out) or nthreads < 1:
+        raise Unsupported("resample: arrays the kernel does not serve")
+    item = cnp.PyArray_ITEMSIZE(x)
+    cdef Py_ssize_t outer = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3]
+    cdef Py_ssize_t Ho = out.shape[1], Wo = out.shape[2]
+    if out.shape[0] != outer or out.shape[3] != C \
+            or x.strides[0] % item or x.strides[1] % item or x.strides[2] % item \
+            or (C > 1 and x.strides[3] != item) \
+            or out.strides[0] % item or (C > 1 and out.strides[3] != item) \
+            or (Wo > 1 and out.strides[2] != C * item) \
+            or (Ho > 1 and out.strides[1] != Wo * C * item) \
+            or not _taps_ok(hidx, hw, H, Ho) or not _taps_ok(widx, ww, W, Wo):
+        raise Unsupported("resample: arrays the kernel does not serve")
+    if bounds_meeting(out, (x,)):
+        raise Unsupported("resample: the output meets the input")
+    cdef ResampleJob job
+    job.x = <const char *>cnp.PyArray_DATA(x)
+    job.out = <char *>cnp.PyArray_DATA(out)
+    job.hidx = NULL
+    job.hw = NULL
+    job.widx = NULL
+    job.ww = NULL
+    job.th, job.tw = 0, 0
+    if hidx is not None:
+        a = hidx
+        job.hidx = <const int64_t *>cnp.PyArray_DATA(a)
+        job.th = a.shape[1]
+        a = hw
+        job.hw = <const double *>cnp.PyArray_DATA(a)
+    if widx is not None:
+        a = widx
+        job.widx = <const int64_t *>cnp.PyArray_DATA(a)
+        job.tw = a.shape[1]
+        a = ww
+        job.ww = <const double *>cnp.PyArray_DATA(a)
+    job.outer, job.H, job.W, job.C, job.Ho, job.Wo = outer, H, W, C, Ho, Wo
+    job.xs_outer, job.xs_h, job.xs_w = x.strides[0] // item, x.strides[1] // item, \
+        x.strides[2] // item
+    job.os_outer = out.strides[0] // item
+    with nogil:
+        if code == 0:
+            resample[float](job, nthreads)
+        elif code == 1:
+            resample[double](job, nthreads)
+        elif code == 2:
+            resample[f16](job, nthreads)
+        else:
+            resample[bf16](job, nthreads)

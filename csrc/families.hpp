@@ -1,5 +1,6 @@
 // Kernels of the families beside RoPE and the sinusoids: the ALiBi bias forms, the
-// relative-bias gather and the depthwise (convolutional) position encodings.
+// relative-bias gather, the depthwise (convolutional) position encodings and the separable
+// resampling of learned tables.
 //
 // They are write-bound (a bias is a fill of a few distinct values per row, or a gather from a
 // small table), so the row loops are plain C++ that the compiler vectorises, and each piece of
@@ -698,6 +699,26 @@ constexpr double kErfcCheb[kErfcTerms] = {
     5.003005559445902e-20,
     2.3281042579529253e-18};
 
+// ---- resample: separable taps along two grid axes, channels last ---------------------------
+//
+// x (outer, H, W, C) of T, element strides xs_* (C contiguous); out (outer, Ho, Wo, C) of T,
+// each plane contiguous at element stride os_outer. Taps (index, weight) of (Ho, th) along H
+// then (Wo, tw) along W, built on the host (null: that axis keeps its length), applied in
+// double as the generic path does (float64, the first axis first) and rounded once. Compute
+// bound (th + tw products per output element and W * C per output row), so the rows are
+// compiled per instruction set (resample.inc); chunks are runs of output rows, each with a
+// scratch row of W * C doubles.
+struct ResampleJob {
+    const char *x;
+    char *out;
+    const int64_t *hidx;
+    const double *hw;
+    const int64_t *widx;
+    const double *ww;
+    ptrdiff_t outer, H, W, C, Ho, Wo, th, tw, xs_outer, xs_h, xs_w, os_outer;
+    ptrdiff_t chunk_rows, chunks_per_plane;
+};
+
 }  // namespace fam
 }  // namespace arrpos
 
@@ -705,16 +726,19 @@ constexpr double kErfcCheb[kErfcTerms] = {
 ARRPOS_PUSH_AVX512
 namespace arrpos { namespace fam { namespace isa_avx512 {
 #include "conv.inc"
+#include "resample.inc"
 }}}
 ARRPOS_POP
 ARRPOS_PUSH_AVX2
 namespace arrpos { namespace fam { namespace isa_avx2 {
 #include "conv.inc"
+#include "resample.inc"
 }}}
 ARRPOS_POP
 #endif
 namespace arrpos { namespace fam { namespace isa_portable {
 #include "conv.inc"
+#include "resample.inc"
 }}}
 
 namespace arrpos {
@@ -745,6 +769,38 @@ void conv_grid(ConvJob job, int nthreads)
     job.chunk_rows = (kChunk / 4) / rowb > 0 ? (kChunk / 4) / rowb : 1;
     job.chunks_per_plane = (job.H + job.chunk_rows - 1) / job.chunk_rows;
     parallel_for(job.outer * job.chunks_per_plane, nthreads, conv_chunk<T>, &job);
+}
+
+template <class T>
+void resample_chunk(void *ctx, ptrdiff_t c)
+{
+    const ResampleJob &j = *(const ResampleJob *)ctx;
+    const ptrdiff_t o = c / j.chunks_per_plane, r0 = (c % j.chunks_per_plane) * j.chunk_rows;
+    const ptrdiff_t r1 = r0 + j.chunk_rows < j.Ho ? r0 + j.chunk_rows : j.Ho;
+    // each thread keeps its scratch row between chunks and calls (no page faults per chunk)
+    static thread_local std::vector<double> scratch;
+    if ((ptrdiff_t)scratch.size() < j.W * j.C)
+        scratch.resize((size_t)(j.W * j.C));
+    double *tmp = scratch.data();
+#if ARRPOS_X86
+    const int level = simd_level();
+    if (level >= 2)
+        return isa_avx512::resample_rows<T>(j, o, r0, r1, tmp);
+    if (level == 1)
+        return isa_avx2::resample_rows<T>(j, o, r0, r1, tmp);
+#endif
+    isa_portable::resample_rows<T>(j, o, r0, r1, tmp);
+}
+
+template <class T>
+void resample(ResampleJob job, int nthreads)
+{
+    if (job.outer == 0 || job.Ho == 0 || job.Wo == 0 || job.C == 0)
+        return;
+    // about 16 chunks per plane: work for every thread, each chunk a few output rows
+    job.chunk_rows = job.Ho / 16 > 0 ? job.Ho / 16 : 1;
+    job.chunks_per_plane = (job.Ho + job.chunk_rows - 1) / job.chunk_rows;
+    parallel_for(job.outer * job.chunks_per_plane, nthreads, resample_chunk<T>, &job);
 }
 
 }  // namespace fam

@@ -66,6 +66,10 @@ def conv_grid_into(
     x: _Array, w: _Array, bias: _Array | None, out: _Array, code: int, act: int,
     residual: bool, nthreads: int = ...,
 ) -> None: ...
+def resample_into(
+    x: _Array, hidx: _Array | None, hw: _Array | None, widx: _Array | None,
+    ww: _Array | None, out: _Array, code: int, nthreads: int = ...,
+) -> None: ...
 def relative_gather(
     table_t: _Array, index: _Array, out: _Array, nthreads: int = ..., stream: bool = ...,
     rows: int = ...,

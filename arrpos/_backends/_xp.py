@@ -21,6 +21,7 @@ from .._exact import PI, decimal_pieces
 from .._lib import (
     device_of,
     float_bits,
+    from_host,
     has_float64,
     index_dtype,
     is_dtype,
@@ -673,3 +674,50 @@ def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
 
 
 __all__ += ["conv_positional"]
+
+
+# ---- resample: separable taps ----------------------------------------------------------------
+
+def apply_taps(xp, grid, index, weight, axis):
+    """Resample axis ``axis`` (negative) of ``grid`` with taps ``(n_out, T)``: one gather of
+    ``n_out * T`` rows and a weighted sum, so memory follows the output (``T`` is 2 or 4, or
+    about twice the shrink factor with antialias), not ``n_out * n_in`` as a dense matrix."""
+    n_out, taps = index.shape
+    ax = grid.ndim + axis
+    rows = xp.take(grid, xp.reshape(index, (n_out * taps,)), axis=ax)
+    rows = xp.reshape(rows, tuple(grid.shape[:ax]) + (n_out, taps) + tuple(grid.shape[ax + 1:]))
+    w = xp.reshape(weight, (n_out, taps) + (1,) * (grid.ndim - ax - 1))
+    return xp.sum(rows * w, axis=ax + 1)
+
+
+def work_dtype(xp, table):
+    """``(work dtype, single)``: float64 where the device has it (the taps are applied there
+    and the result rounded once: closer to the exact kernel than any float32 accumulation
+    order, torch's included); ``single`` when torch would form the weights in float32."""
+    work = xp.float64 if has_float64(xp, device_of(table)) else xp.float32
+    return work, table.dtype != getattr(xp, "float64", None)
+
+
+def resample_grid(grid, prefix, *, taps, dtype, xp):
+    """The grid axes of ``grid (..., *old, C)`` resampled with host ``taps``, one per grid axis
+    (``(index, weight)``, each ``(n_out, T)``, or None: the axis keeps its length), the first
+    axis first, in the working dtype (float64 where the device has it), rounded once to
+    ``dtype`` (grid's); the rows flattened ``(..., P + prod(new), C)`` after the ``prefix`` rows
+    ``(..., P, C)`` (None: P = 0)."""
+    work, _ = work_dtype(xp, grid)
+    dev = device_of(grid)
+    out = xp.astype(grid, work)
+    for axis, tap in enumerate(taps):
+        if tap is not None:
+            # (a fresh copy of the kept host index: torch warns on a read-only array)
+            index = xp.asarray(np.array(tap[0]), dtype=index_dtype(xp, dev), device=dev)
+            weight = from_host(xp, tap[1], work, dev)
+            out = apply_taps(xp, out, index, weight, axis - len(taps) - 1)
+    k = len(taps)
+    lead = tuple(out.shape[:-k - 1])
+    out = xp.reshape(round_once(xp, out, dtype), lead + (math.prod(out.shape[-k - 1:-1]),
+                                                         out.shape[-1]))
+    return out if prefix is None else xp.concat([prefix, out], axis=-2)
+
+
+__all__ += ["apply_taps", "resample_grid", "work_dtype"]

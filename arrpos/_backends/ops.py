@@ -147,6 +147,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
     # both conv_positional forms: x (..., H, W, C), weight (kh, kw, C) (1-D: W = kw = 1)
     Op("conv_positional", ("x", "weight", "bias"), arrays=("x", "weight", "bias"),
        kernel="conv_positional", dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}),
+    # resample's separable taps: grid (..., *old, C), taps per grid axis built on the host;
+    # prefix rows (..., P, C) or None lead the result (..., P + prod(new), C)
+    Op("resample_grid", ("grid", "prefix"), arrays=("grid", "prefix"), dtypes={"host": FLOATS}),
     # the generic code's alone (no driver has them); listed for their slots
     Op("rope_cos_sin_mixed", ("positions", "inv_freq"), arrays=("positions", "inv_freq"),
        outputs=(("cos", None), ("sin", None))),

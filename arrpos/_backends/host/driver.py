@@ -28,7 +28,8 @@ from .. import Unsupported, _cpu, _xp, memory, one_thread_wanted
 
 __all__ = ["ALIBI_MODES", "APPLY_TYPES", "BF16", "BLOCK_MIN_BYTES", "F16", "F32", "F64",
            "PARALLEL_MIN_BYTES", "alibi_bias_into", "alibi_mask_into", "alibi_positions_into",
-           "block_bytes", "conv_into", "relative_gather_into",
+           "block_bytes", "conv_into", "relative_gather_into", "resample_into",
+           "resample_shape",
            "STREAM_MIN_BYTES", "TABLE_CACHE_BYTES", "bind_cached", "block_rows", "cache_clear",
            "check_ids", "code_of", "empty", "empty_bytes", "have_threads", "instruction_set",
            "max_threads", "numpy_dtype", "qk_outputs_apart", "rope_table_into", "rotate",
@@ -422,6 +423,47 @@ def conv_into(x, weight, bias, out, code: int, activation, residual: bool) -> No
         else _MAX_THREADS
     _cpu.conv_grid_into(x4, w3, b, out.reshape(x4.shape), code, _ACTIVATION_CODE[activation],
                         residual, nthreads)
+
+
+def resample_shape(shape, taps, prefix_rows: int) -> tuple:
+    """The shape ``resample_grid`` gives a grid of ``shape`` with ``taps`` (one per grid axis,
+    just before the last) after ``prefix_rows`` rows: ``(..., P + prod(new), C)``."""
+    k = len(taps)
+    lead, grid = tuple(shape[:-k - 1]), tuple(shape[-k - 1:-1])
+    rows = 1
+    for n, t in zip(grid, taps):
+        rows *= n if t is None else t[0].shape[0]
+    return lead + (prefix_rows + rows, shape[-1])
+
+
+def resample_into(grid, prefix, taps, out, code: int) -> None:
+    """``grid (..., *old, C)`` (storage ``code``, one or two grid axes; any strides whose last
+    axis is contiguous) resampled with host ``taps`` (``(index, weight)`` or None per axis)
+    into the C-contiguous ``out`` of ``resample_shape``, after a copy of the ``prefix`` rows
+    (None: none); ``Unsupported`` for more axes or strides the kernel does not take."""
+    k = len(taps)
+    if not 1 <= k <= 2 or grid.ndim < k + 1 or not out.flags.c_contiguous:
+        raise Unsupported("resample: one or two grid axes only")
+    if out.size == 0:
+        return
+    c = grid.shape[-1]
+    h, w = (grid.shape[-2], 1) if k == 1 else grid.shape[-3:-1]
+    sizes = [n if t is None else t[0].shape[0] for n, t in zip((h, w), taps + (None,))]
+    ho, wo = sizes
+    p = 0 if prefix is None else prefix.shape[-2]
+    if p and (prefix.shape[:-2] != grid.shape[:-k - 1] or prefix.shape[-1] != c
+              or prefix.dtype != grid.dtype):
+        raise Unsupported("resample: prefix rows of another shape or dtype than the grid's")
+    planes = out.reshape(-1, out.shape[-2], c)
+    hidx, hw = taps[0] if taps[0] is not None else (None, None)
+    widx, ww = taps[1] if k == 2 and taps[1] is not None else (None, None)
+    # compute-bound: threads pay from a smaller output than for the write-bound kernels
+    nthreads = 1 if out.nbytes < (PARALLEL_MIN_BYTES >> 3) or one_thread_wanted() \
+        else _MAX_THREADS
+    _cpu.resample_into(grid.reshape(-1, h, w, c), hidx, hw, widx, ww,
+                       planes[:, p:, :].reshape(-1, ho, wo, c), code, nthreads)
+    if p:
+        np.copyto(planes[:, :p, :], prefix.reshape(-1, p, c))
 
 
 memory.use_bounds(_cpu.bounds_meeting)

@@ -16,8 +16,8 @@ from . import driver
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
-           "bind", "cache_clear", "conv_positional", "relative_bias", "rope_cos_sin",
-           "sinusoid_table", "supports"]
+           "bind", "cache_clear", "conv_positional", "relative_bias", "resample_grid",
+           "rope_cos_sin", "sinusoid_table", "supports"]
 
 DRIVER = "host"
 # ``supports`` reads types, dtypes and options only (shapes and strides are the kernels' late
@@ -210,4 +210,12 @@ def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
     """Twin of ``_xp.conv_positional``: ``x``'s shape and dtype, C-contiguous."""
     out = driver.empty(x.shape, x.dtype)
     driver.conv_into(x, weight, bias, out, _code(x.dtype), activation, residual)
+    return out
+
+
+def resample_grid(grid, prefix, *, taps, dtype, xp):
+    """Twin of ``_xp.resample_grid``: C-contiguous, ``grid``'s dtype."""
+    p = 0 if prefix is None else prefix.shape[-2]
+    out = driver.empty(driver.resample_shape(grid.shape, taps, p), grid.dtype)
+    driver.resample_into(grid, prefix, taps, out, _code(grid.dtype))
     return out

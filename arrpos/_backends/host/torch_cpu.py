@@ -29,8 +29,8 @@ except (ImportError, AttributeError):  # a torch without torch.library.custom_op
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
-           "bind", "cache_clear", "conv_positional", "relative_bias", "rope_cos_sin",
-           "sinusoid_table", "supports"]
+           "bind", "cache_clear", "conv_positional", "relative_bias", "resample_grid",
+           "rope_cos_sin", "sinusoid_table", "supports"]
 
 DRIVER = "host"
 # ``supports`` reads each call's autograd state and trace: nothing holds for a signature
@@ -298,4 +298,12 @@ def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
     b = None if bias is None else np.from_dlpack(bias.to(work).contiguous())
     driver.conv_into(_np(x.contiguous()), np.from_dlpack(weight.to(work).contiguous()), b,
                      _np(out), _CODES[x.dtype], activation, residual)
+    return out
+
+
+def resample_grid(grid, prefix, *, taps, dtype, xp):
+    p = 0 if prefix is None else prefix.shape[-2]
+    out = _empty(driver.resample_shape(tuple(grid.shape), taps, p), grid.dtype)
+    driver.resample_into(_np(grid), None if prefix is None else _np(prefix), taps, _np(out),
+                         _CODES[grid.dtype])
     return out
