@@ -34,7 +34,8 @@ from ._lib import (
     index_dtype,
     round_once,
 )
-from ._taps import apply_taps, resample_grid, work_dtype
+from ._taps import apply_taps, work_dtype
+from ._taps import resample_grid as _resample_grid  # (its op: the docstrings' notes)
 from .typing import Array, DType, Device, Grids, Namespace, Shape, Size
 
 __all__ = ["learned_init", "lookup", "resample", "resample_grids", "resize_relative_table"]
@@ -254,7 +255,10 @@ def resample(table: Array, /, size: Size, *, old_size: Size | None = None, prefi
     torch's own float32 rounding of its output (~1e-7 relative; checked to 1e-6) and within
     1e-10 in float64. timm casts tables to float32
     before interpolating; a float64 table here is resampled in float64.
-    Backend support: generic Array API code on every namespace.
+    Backend support: compiled CPU kernels for NumPy and torch CPU tensors without autograd
+    (float32, float64, float16, bfloat16; both grid axes in one pass with the generic
+    arithmetic: equal bit for bit, except one-channel tables with 8 taps or more, which NumPy
+    sums pairwise: within an ulp), generic Array API code on every namespace.
 
     Examples
     --------
@@ -308,9 +312,9 @@ def resample(table: Array, /, size: Size, *, old_size: Size | None = None, prefi
                f"the resampled table (size={size!r})")
     _, single = work_dtype(xp, table)
     grid = xp.reshape(table[..., prefix:, :], lead + old + (dim,))
-    return resample_grid(xp, grid, old, new, method=method, antialias=antialias,
-                         align_corners=align_corners, single=single,
-                         prefix=table[..., :prefix, :] if prefix else None)
+    return _resample_grid(xp, grid, old, new, method=method, antialias=antialias,
+                          align_corners=align_corners, single=single,
+                          prefix=table[..., :prefix, :] if prefix else None)
 
 
 def _grid_order(h, w, merge):
@@ -384,7 +388,9 @@ def resample_grids(table: Array, grids: Grids, /, *, old_size: Shape | None = No
     Qwen3.5: ``align_corners=True``, ``spatial_merge_size``) forms the same bilinear
     weights with one rounding fewer in float32 (within 1e-7 of torch's); timm's NaFlex
     ``_apply_learned_naflex_pos_embed`` calls ``F.interpolate`` per grid. The grids are read
-    on the host (the output shape depends on them). Backend support: generic Array API code.
+    on the host (the output shape depends on them). Backend support: the resampling as
+    :func:`resample` (compiled CPU kernels for NumPy and torch CPU), the rest generic Array
+    API code.
 
     Examples
     --------
@@ -429,8 +435,8 @@ def resample_grids(table: Array, grids: Grids, /, *, old_size: Shape | None = No
     for h, w in dict.fromkeys(map(tuple, host[:, 1:].tolist())):
         size = (max(h, w),) * 2 if preserve else (h, w)
         check_size(math.prod(size) * dim, f"the grid {size}")
-        out = resample_grid(xp, grid, old, size, method=method, antialias=antialias,
-                             align_corners=align_corners, single=single)
+        out = _resample_grid(xp, grid, old, size, method=method, antialias=antialias,
+                              align_corners=align_corners, single=single)
         parts.append(xp.reshape(xp.reshape(out, size + (dim,))[:h, :w, :], (h * w, dim)))
         offsets[(h, w)] = start
         start += h * w
@@ -588,7 +594,8 @@ def resize_relative_table(table: Array, /, window: Shape, *, old_window: Shape |
     applied in float64 where the device has it, rounded once. timm's scipy path
     (``TIMM_USE_SCIPY_INTERP``: ``interp2d`` cubic) is not reproduced. transformers'
     BEiT reads the old rows as a ``(2 w1 - 1, 2 w0 - 1)`` grid, the same for square windows.
-    Backend support: generic Array API code.
+    Backend support: one and two window axes as :func:`resample` (compiled CPU kernels for
+    NumPy and torch CPU), more axes and ``"geometric"`` generic Array API code.
 
     Examples
     --------
@@ -639,9 +646,9 @@ def resize_relative_table(table: Array, /, window: Shape, *, old_window: Shape |
     work, single = work_dtype(xp, table)
     grid = xp.reshape(table[..., :n, :], lead + old + (heads,))
     if method != "geometric":
-        grid = xp.reshape(resample_grid(xp, grid, old, new, method=method,
-                                        antialias=antialias, align_corners=False,
-                                        single=single), lead + new + (heads,))
+        grid = xp.reshape(_resample_grid(xp, grid, old, new, method=method,
+                                         antialias=antialias, align_corners=False,
+                                         single=single), lead + new + (heads,))
     elif old != new:  # timm maps every axis once any axis changes
         dev = device_of(table)
         grid = xp.astype(grid, work)

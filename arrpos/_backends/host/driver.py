@@ -447,6 +447,8 @@ def resample_into(grid, prefix, taps, out, code: int) -> None:
     if out.size == 0:
         return
     c = grid.shape[-1]
+    if c > 1 and grid.strides[-1] != grid.itemsize:
+        grid = np.ascontiguousarray(grid)  # (the kernel reads whole channel rows)
     h, w = (grid.shape[-2], 1) if k == 1 else grid.shape[-3:-1]
     sizes = [n if t is None else t[0].shape[0] for n, t in zip((h, w), taps + (None,))]
     ho, wo = sizes
