@@ -186,6 +186,29 @@ def test_resample_many_taps_few_channels(c, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_resample_every_instruction_set_same_bits(dtype):
+    """Every vector level this CPU has (AVX-512, AVX2, portable) gives the same bits: the
+    lanes run over the channels, each element's sum in the same order."""
+    from arrpos._backends import _cpu
+
+    rng = np.random.default_rng(9)
+    table = (rng.standard_normal((2, 1 + 9 * 7, 37)) * 3).astype(dtype)
+    top = _cpu.instruction_set()
+    results = []
+    try:
+        for level in range(top, -1, -1):
+            _cpu.set_instruction_set(level)
+            with _kernel_only():
+                results.append(arrpos.resample(table, (16, 5), old_size=(9, 7),
+                                               prefix_tokens=1, method="cubic",
+                                               antialias=True))
+    finally:
+        _cpu.set_instruction_set(top)
+    for got in results[1:]:
+        _same(got, results[0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_resample_grids_equals_generic(dtype):
     rng = np.random.default_rng(4)
     table = (rng.standard_normal((36, 12)) * 2).astype(dtype)
