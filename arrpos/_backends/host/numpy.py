@@ -9,6 +9,8 @@ included; the public layer has validated every argument.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import Unsupported, ops
@@ -28,6 +30,7 @@ _I64 = np.dtype(np.int64)
 _code = driver.code_of
 _APPLY_TYPES = driver.APPLY_TYPES
 _rotate = driver.rotate
+_RESAMPLE_BLOCK_BYTES = 1 << 20
 
 
 def _integer(dtype) -> bool:
@@ -216,6 +219,11 @@ def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
 def resample_grid(grid, prefix, *, taps, dtype, xp):
     """Twin of ``_xp.resample_grid``: C-contiguous, ``grid``'s dtype."""
     p = 0 if prefix is None else prefix.shape[-2]
-    out = driver.empty(driver.resample_shape(grid.shape, taps, p), grid.dtype)
+    shape = driver.resample_shape(grid.shape, taps, p)
+    nbytes = grid.dtype.itemsize * math.prod(shape)
+    # from 1 MiB in a reusable block: a fresh output's page faults cost as much as the kernel
+    # (a ViT asks for its table at every new resolution)
+    out = (np.empty(shape, grid.dtype) if nbytes < _RESAMPLE_BLOCK_BYTES
+           else driver.block_bytes(nbytes).view(grid.dtype).reshape(shape))
     driver.resample_into(grid, prefix, taps, out, _code(grid.dtype))
     return out

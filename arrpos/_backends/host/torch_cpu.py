@@ -15,6 +15,8 @@ tensors (large ones in the driver's reusable blocks).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -303,7 +305,12 @@ def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
 
 def resample_grid(grid, prefix, *, taps, dtype, xp):
     p = 0 if prefix is None else prefix.shape[-2]
-    out = _empty(driver.resample_shape(tuple(grid.shape), taps, p), grid.dtype)
+    shape = driver.resample_shape(tuple(grid.shape), taps, p)
+    nbytes = grid.dtype.itemsize * math.prod(shape)
+    if nbytes >= _MASK_BLOCK_BYTES:  # a reusable block, as for the mask's bias
+        out = torch.from_numpy(driver.block_bytes(nbytes)).view(grid.dtype).view(shape)
+    else:
+        out = _empty(shape, grid.dtype)
     driver.resample_into(_np(grid), None if prefix is None else _np(prefix), taps, _np(out),
                          _CODES[grid.dtype])
     return out
