@@ -148,8 +148,8 @@ def t5_bias(table: Array, query_len: int, key_len: int, /, *, bidirectional: boo
     A bucket depends on the distance ``j - i`` only, so the ``q + k - 1`` distinct distances
     are bucketed once, their rows of ``table`` gathered, and the bias is the gather of those
     rows by ``j - i + q - 1`` (int32 ids): no bucket matrix; the compiled gather copies
-    windows of one line of values per head. Backend support:
-    generic Array API code on every namespace; ``relative_bias``'s kernels where it has them.
+    windows of one line of values per head. Backend support: the buckets as
+    :func:`t5_bucket`, the gather as :func:`relative_bias` (its kernels where it has them).
 
     Examples
     --------
