@@ -29,8 +29,10 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "families.hpp"
 #include "kernels.hpp"
 #include "memory.hpp"
 
@@ -636,6 +638,627 @@ void exhaustive(Rng &rng, uint64_t step)
     }
 }
 
+// ---- the family kernels (families.hpp, conv.inc) ---------------------------------------------
+//
+// ALiBi (three modes with query offsets, from positions, from a mask), the relative-bias
+// gather and the depthwise convolution, against references written here in scalar double
+// arithmetic from the generic path's definitions (arrpos/_backends/_xp.py), not from the
+// kernels: ALiBi equals its exact product rounded once to the storage type (distances kept
+// where that product is exact in double: float32 distances below 2**24, 16-bit ones below
+// 2**40), the gather the table's bits; the convolution's sums equal the generic order's in
+// the working type (float32 for 16-bit x) bit for bit, and its GELU / tanh are within
+// tests/test_conv_kernels.py's bound, 8 ulps of the working type of |reference| + |x| (plus
+// one step of a 16-bit output). Every level's bits also equal the portable level's.
+
+// v rounded once to T, to nearest even, as a double (exactly a value of T): float by the
+// hardware's conversion, the 16-bit types by rounding the significand scaled to an integer.
+template <class T> double round_once(double v);
+template <> double round_once<double>(double v) { return v; }
+template <> double round_once<float>(double v) { return (double)(float)v; }
+double round_significand(double v, int bits, int emin, int emax)
+{
+    if (v != v || v == 0 || std::isinf(v))
+        return v;
+    int e = std::ilogb(v);
+    e = e < emin ? emin : e;  // subnormal: the spacing of the smallest exponent
+    const double r = std::ldexp(std::nearbyint(std::ldexp(v, bits - 1 - e)), e - (bits - 1));
+    return std::fabs(r) < std::ldexp(1.0, emax + 1) ? r : std::copysign(INFINITY, v);
+}
+template <> double round_once<f16>(double v) { return round_significand(v, 11, -14, 15); }
+template <> double round_once<bf16>(double v) { return round_significand(v, 8, -126, 127); }
+
+// The exact value of a stored element, decoded here (not by types.hpp's conversions).
+template <class T> double exact_value(const void *p);
+template <> double exact_value<float>(const void *p)
+{
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+template <> double exact_value<double>(const void *p)
+{
+    double v;
+    std::memcpy(&v, p, 8);
+    return v;
+}
+template <> double exact_value<f16>(const void *p)
+{
+    uint16_t b;
+    std::memcpy(&b, p, 2);
+    const int e = (b >> 10) & 31, m = b & 1023;
+    const double v = e == 0 ? std::ldexp((double)m, -24)
+                     : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(1024.0 + m, e - 25);
+    return b & 0x8000 ? -v : v;
+}
+template <> double exact_value<bf16>(const void *p)
+{
+    uint16_t b;
+    std::memcpy(&b, p, 2);
+    const uint32_t u = (uint32_t)b << 16;  // bfloat16: a float32's high half
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+// got (n values of T) against exact values: equal, zeros of the same sign, NaN where NaN; or
+// within tol[i] where tol is given.
+template <class T>
+bool near(const char *got, const double *want, const double *tol, ptrdiff_t n,
+          const std::string &what)
+{
+    g_checked++;
+    for (ptrdiff_t i = 0; i < n; i++) {
+        const double g = exact_value<T>(got + i * sizeof(T)), w = want[i];
+        if ((g != g && w != w) || (g == w && std::signbit(g) == std::signbit(w)))
+            continue;
+        if (tol && g == g && w == w && std::fabs(g - w) <= tol[i])
+            continue;
+        if (g_failures < 30)
+            std::printf("DIFF %s: element %td: %.17g, reference %.17g\n", what.c_str(), i, g, w);
+        g_failures++;
+        return false;
+    }
+    return true;
+}
+
+// The output of the first run (level 0, the portable level): every later run's bits equal it.
+struct FirstRun {
+    std::vector<char> bits;
+    bool have = false;
+    template <class T> void check(const char *p, ptrdiff_t n, const std::string &what)
+    {
+        if (!have) {
+            bits.assign(p, p + n * (ptrdiff_t)sizeof(T));
+            have = true;
+        } else {
+            same<T>(bits.data(), p, n, what + " (against the portable level's bits)");
+        }
+    }
+};
+
+struct FamVariant {
+    int threads;
+    bool stream;
+    size_t off;  // elements past a 64-byte boundary (output; the convolution's input too)
+};
+const FamVariant kFamVariants[] = {{1, false, 0}, {2, true, 0}, {2, false, 1}, {1, true, 3}};
+
+std::string variant_name(int level, const FamVariant &v)
+{
+    return std::string(" level ") + simd_level_name(level) + " threads "
+           + std::to_string(v.threads) + " stream " + std::to_string(v.stream) + " offset "
+           + std::to_string(v.off);
+}
+
+// Slopes: ALiBi's powers of two, random of either sign, zero, subnormal (f16: products
+// subnormal) and huge (products overflowing to inf).
+template <class T> std::vector<T> slopes_of(Rng &rng, ptrdiff_t heads)
+{
+    const bool half = std::is_same<T, f16>::value, wide = std::is_same<T, double>::value;
+    const double tiny = wide ? 5e-324 : half ? 6e-8 : std::is_same<T, bf16>::value ? 1e-40
+                                                                                   : 1e-44;
+    const double huge = wide ? 1e306 : half ? 30000.0 : 1e36;
+    std::vector<T> s((size_t)heads);
+    for (ptrdiff_t h = 0; h < heads; h++) {
+        const double v[6] = {std::ldexp(1.0, -(int)(1 + h)), rng.uniform(0.01, 2),
+                             -rng.uniform(0.01, 2), 0.0, tiny, huge};
+        s[(size_t)h] = from_double<T>(v[h % 6]);
+    }
+    return s;
+}
+
+template <class T>
+void check_alibi(Rng &rng, ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k, int64_t qoff, int mode)
+{
+    const std::vector<T> sl = slopes_of<T>(rng, heads);
+    const ptrdiff_t n = heads * q * k;
+    std::vector<double> want((size_t)n);
+    for (ptrdiff_t h = 0; h < heads; h++)
+        for (ptrdiff_t i = 0; i < q; i++)
+            for (ptrdiff_t j = 0; j < k; j++) {
+                const int64_t back = (int64_t)j - (int64_t)i - qoff;  // key - query position
+                const int64_t d = mode == 2 ? j : mode == 0 ? (back < 0 ? back : 0)
+                                                            : (back < 0 ? back : -back);
+                want[(size_t)((h * q + i) * k + j)] =
+                    round_once<T>(Info<T>::value(&sl[(size_t)h]) * (double)d);
+            }
+    const char *modes[3] = {"causal", "symmetric", "key"};
+    const std::string name = std::string("alibi_bias ") + Info<T>::name() + " " + modes[mode]
+                             + " heads " + std::to_string(heads) + " q " + std::to_string(q)
+                             + " k " + std::to_string(k) + " qoff " + std::to_string(qoff);
+    FirstRun first;
+    for (int level : levels()) {
+        set_simd_level(level);
+        for (const FamVariant &v : kFamVariants) {
+            Buf out((size_t)n * sizeof(T), v.off * sizeof(T));
+            std::memset(out.p, 0x5a, (size_t)n * sizeof(T));
+            fam::AlibiJob job{};
+            job.slopes = (const char *)sl.data();
+            job.out = out.p;
+            job.heads = heads;
+            job.q = q;
+            job.k = k;
+            job.qoff = qoff;
+            job.mode = mode;
+            job.stream = v.stream;
+            fam::alibi_bias<T>(job, v.threads);
+            const std::string what = name + variant_name(level, v);
+            near<T>(out.p, want.data(), nullptr, n, what);
+            first.check<T>(out.p, n, what);
+        }
+    }
+}
+
+// Positions P (int64, or float64 multiples of 1/8): both differences exact in double.
+template <class T, class P>
+void check_positions(Rng &rng, ptrdiff_t lead, ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k,
+                     int mode)
+{
+    // float64 slopes: float32 values (the product with a distance exact in double), any
+    // float64 for float64 output (the product rounded once, in double)
+    std::vector<double> sl((size_t)heads);
+    const std::vector<T> st = slopes_of<T>(rng, heads);
+    for (ptrdiff_t h = 0; h < heads; h++)
+        sl[(size_t)h] = std::is_same<T, double>::value && h % 6 == 1
+                            ? rng.uniform(-3, 3)
+                            : Info<T>::value(&st[(size_t)h]);
+    auto position = [&](ptrdiff_t t) {
+        double v = (double)(rng.below(2001) - 1000);
+        if (t % 7 == 3)
+            v += (rng.next() & 1 ? 1.0 : -1.0) * (double)(1 << 20);
+        if (!std::is_integral<P>::value)
+            v += (double)rng.below(8) / 8;
+        return (P)v;
+    };
+    std::vector<P> qp((size_t)(lead * q)), kp((size_t)(lead * k));
+    for (ptrdiff_t t = 0; t < lead * q; t++)
+        qp[(size_t)t] = position(t);
+    for (ptrdiff_t t = 0; t < lead * k; t++)
+        kp[(size_t)t] = position(t);
+    if (lead * k > 1)
+        kp[1] = qp[0];  // a distance of 0 (+0.0)
+    if (lead * k > 3) {  // distances whose products round wrong through float32 (alibi_suite)
+        kp[2] = (P)((double)qp[0] + (double)((1 << 24) + (1 << 16) + 1));
+        kp[3] = (P)((double)qp[0] - (double)((1 << 24) + (1 << 13) + 1));
+    }
+    const ptrdiff_t n = lead * heads * q * k;
+    std::vector<double> want((size_t)n);
+    for (ptrdiff_t l = 0; l < lead; l++)
+        for (ptrdiff_t h = 0; h < heads; h++)
+            for (ptrdiff_t i = 0; i < q; i++)
+                for (ptrdiff_t j = 0; j < k; j++) {
+                    const double kj = (double)kp[(size_t)(l * k + j)];
+                    const double back = kj - (double)qp[(size_t)(l * q + i)];
+                    // the generic path's clip and 0 - |d|: +0.0 at distance 0 (spelt out:
+                    // GCC 12 folds 0.0 - std::fabs(b) into -std::fabs(b), -0.0 at b = 0)
+                    const double d = mode == 2 ? kj : back < 0 ? back
+                                                    : mode == 0 || back == 0 ? 0.0 : -back;
+                    want[(size_t)(((l * heads + h) * q + i) * k + j)] =
+                        round_once<T>(sl[(size_t)h] * d);
+                }
+    const char *modes[3] = {"causal", "symmetric", "key"};
+    const std::string name = std::string("alibi_bias_from_positions ") + Info<T>::name()
+                             + (std::is_integral<P>::value ? " int64 " : " float64 ")
+                             + modes[mode] + " lead " + std::to_string(lead) + " heads "
+                             + std::to_string(heads) + " q " + std::to_string(q) + " k "
+                             + std::to_string(k);
+    FirstRun first;
+    for (int level : levels()) {
+        set_simd_level(level);
+        for (const FamVariant &v : kFamVariants) {
+            Buf out((size_t)n * sizeof(T), v.off * sizeof(T));
+            std::memset(out.p, 0x5a, (size_t)n * sizeof(T));
+            fam::PositionsJob job{};
+            job.slopes = sl.data();
+            job.qp = (const char *)qp.data();
+            job.kp = (const char *)kp.data();
+            job.out = out.p;
+            job.lead = lead;
+            job.heads = heads;
+            job.q = q;
+            job.k = k;
+            job.mode = mode;
+            job.stream = v.stream;
+            fam::alibi_positions<T, P>(job, v.threads);
+            const std::string what = name + variant_name(level, v);
+            near<T>(out.p, want.data(), nullptr, n, what);
+            first.check<T>(out.p, n, what);
+        }
+    }
+}
+
+// BLOOM's mask form: positions (cumsum(mask) - 1) * mask per batch row; a value other than 0
+// and 1 (2, or a negative one read as unsigned) refused.
+template <class T, class M>
+void check_mask(Rng &rng, ptrdiff_t batch, ptrdiff_t heads, ptrdiff_t k)
+{
+    const std::vector<T> sl = slopes_of<T>(rng, heads);
+    std::vector<M> mask((size_t)(batch * k));
+    for (ptrdiff_t b = 0; b < batch; b++) {
+        // all ones; left padding; left padding and holes; all zeros
+        const ptrdiff_t pad = b % 4 == 0 ? 0 : b % 4 == 3 ? k : rng.below(k + 1);
+        for (ptrdiff_t t = 0; t < k; t++)
+            mask[(size_t)(b * k + t)] = (M)(t >= pad && (b % 4 != 2 || rng.below(4) != 0));
+    }
+    const ptrdiff_t n = batch * heads * k;
+    std::vector<double> want((size_t)n);
+    for (ptrdiff_t b = 0; b < batch; b++) {
+        int64_t run = 0;
+        for (ptrdiff_t t = 0; t < k; t++) {
+            const int64_t m = mask[(size_t)(b * k + t)] != 0;
+            run += m;
+            const double pos = (double)((run - 1) * m);
+            for (ptrdiff_t h = 0; h < heads; h++)
+                want[(size_t)((b * heads + h) * k + t)] =
+                    round_once<T>(Info<T>::value(&sl[(size_t)h]) * pos);
+        }
+    }
+    const std::string name = std::string("alibi_bias_from_mask ") + Info<T>::name() + " mask "
+                             + std::to_string(8 * sizeof(M)) + "-bit batch "
+                             + std::to_string(batch) + " heads " + std::to_string(heads)
+                             + " k " + std::to_string(k);
+    FirstRun first;
+    for (int level : levels()) {
+        set_simd_level(level);
+        for (const FamVariant &v : kFamVariants) {
+            Buf out((size_t)n * sizeof(T), v.off * sizeof(T));
+            std::memset(out.p, 0x5a, (size_t)n * sizeof(T));
+            fam::MaskJob job{};
+            job.slopes = (const char *)sl.data();
+            job.mask = (const char *)mask.data();
+            job.out = out.p;
+            job.batch = batch;
+            job.heads = heads;
+            job.k = k;
+            job.stream = v.stream;
+            const std::string what = name + variant_name(level, v);
+            if (!fam::alibi_mask<T, M>(job, v.threads)) {
+                std::printf("FAIL %s: a 0/1 mask refused\n", what.c_str());
+                g_failures++;
+                continue;
+            }
+            near<T>(out.p, want.data(), nullptr, n, what);
+            first.check<T>(out.p, n, what);
+            if (k == 0 || v.threads != 2)
+                continue;
+            for (const M bad : {(M)2, (M)-1}) {  // refused (all or part of the output written)
+                std::vector<M> m2 = mask;
+                m2[(size_t)rng.below(batch * k)] = bad;
+                job.mask = (const char *)m2.data();
+                g_checked++;
+                if (fam::alibi_mask<T, M>(job, v.threads)) {
+                    std::printf("FAIL %s: a mask value %llu not refused\n", what.c_str(),
+                                (unsigned long long)bad);
+                    g_failures++;
+                }
+            }
+        }
+    }
+}
+
+void alibi_suite(Rng &rng, bool quick)
+{
+    // (heads, q, k): one element; ragged rows; long rows (>= 2048 bytes: put straight from the
+    // line) and short ones (staged); several chunks per head
+    const ptrdiff_t shapes[][3] = {{1, 1, 1}, {6, 5, 7}, {6, 37, 3}, {3, 3, 600},
+                                   {2, quick ? 70 : 130, 600}, {1, 300, 40}};
+    const int64_t qoffs[] = {0, 5, -3, 1 << 20};
+    for (int mode = 0; mode < 3; mode++)
+        for (const auto &s : shapes)
+            for (int64_t qoff : qoffs) {
+                if (s[1] * s[2] > 10000 && qoff != 5)
+                    continue;
+                check_alibi<float>(rng, s[0], s[1], s[2], qoff, mode);
+                check_alibi<double>(rng, s[0], s[1], s[2], qoff, mode);
+                check_alibi<f16>(rng, s[0], s[1], s[2], qoff, mode);
+                check_alibi<bf16>(rng, s[0], s[1], s[2], qoff, mode);
+                if (qoff != 1 << 20 || s[1] * s[2] > 10000)
+                    continue;
+                // float64 and 16-bit: distances to 2**40, and ones whose product with a power
+                // of two rounds wrong through float32 (2**24 + 2**16 + 1: a bfloat16 tie after
+                // float32's rounding, above it exactly; 2**24 + 2**13 + 1: float16's)
+                for (int64_t far : {((int64_t)1 << 40) - 9, -((int64_t)1 << 40) + 9,
+                                    ((int64_t)1 << 24) + (1 << 16) + 1,
+                                    ((int64_t)1 << 24) + (1 << 13) + 1}) {
+                    check_alibi<double>(rng, s[0], s[1], s[2], far, mode);
+                    check_alibi<f16>(rng, s[0], s[1], s[2], far, mode);
+                    check_alibi<bf16>(rng, s[0], s[1], s[2], far, mode);
+                }
+            }
+    const ptrdiff_t pshapes[][4] = {{1, 1, 1, 1}, {2, 6, 5, 9}, {1, 3, 4, 600},
+                                    {3, 2, quick ? 30 : 90, 700}};
+    for (int mode = 0; mode < 3; mode++)
+        for (const auto &s : pshapes) {
+            check_positions<float, int64_t>(rng, s[0], s[1], s[2], s[3], mode);
+            check_positions<double, int64_t>(rng, s[0], s[1], s[2], s[3], mode);
+            check_positions<f16, int64_t>(rng, s[0], s[1], s[2], s[3], mode);
+            check_positions<bf16, int64_t>(rng, s[0], s[1], s[2], s[3], mode);
+            check_positions<float, double>(rng, s[0], s[1], s[2], s[3], mode);
+            check_positions<double, double>(rng, s[0], s[1], s[2], s[3], mode);
+            check_positions<f16, double>(rng, s[0], s[1], s[2], s[3], mode);
+            check_positions<bf16, double>(rng, s[0], s[1], s[2], s[3], mode);
+        }
+    // (batch, heads, k); the last: several chunks of heads per batch row (doubles)
+    std::vector<std::vector<ptrdiff_t>> mshapes = {{1, 1, 1}, {3, 6, 7}, {4, 3, 300},
+                                                   {2, 6, 1100}};
+    if (!quick)
+        mshapes.push_back({2, 20, 7000});
+    for (const auto &s : mshapes) {
+        check_mask<float, uint8_t>(rng, s[0], s[1], s[2]);
+        check_mask<double, uint16_t>(rng, s[0], s[1], s[2]);
+        check_mask<f16, uint32_t>(rng, s[0], s[1], s[2]);
+        check_mask<bf16, uint64_t>(rng, s[0], s[1], s[2]);
+        if (s[2] > 1000)
+            continue;
+        check_mask<float, uint64_t>(rng, s[0], s[1], s[2]);
+        check_mask<double, uint8_t>(rng, s[0], s[1], s[2]);
+        check_mask<f16, uint16_t>(rng, s[0], s[1], s[2]);
+        check_mask<bf16, uint32_t>(rng, s[0], s[1], s[2]);
+    }
+}
+
+// ---- the gather: out[h, p] = table[h, index[p]], the bits of each storage type ----------------
+// kind 0: a 1-D index; 1: a 2-D one whose rows are shifts (T5's buckets of key - query: the
+// window path where rows are long enough); 2: a 2-D one that is not (Swin's table index), and
+// 3: shifts but for one element of the last row (the tile path after the shift check).
+template <class T, class I>
+void check_gather(Rng &rng, ptrdiff_t heads, ptrdiff_t buckets, ptrdiff_t rows, ptrdiff_t cols,
+                  int kind)
+{
+    using U = typename std::conditional<sizeof(T) == 2, uint16_t,
+              typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type>::type;
+    std::vector<T> tv((size_t)(heads * buckets));
+    wild(rng, tv.data(), heads * buckets);
+    const ptrdiff_t n = rows * cols;
+    std::vector<I> idx((size_t)n);
+    std::vector<I> diagonal((size_t)(rows + cols));  // the bucket of each key - query
+    for (auto &v : diagonal)
+        v = (I)rng.below(buckets);
+    for (ptrdiff_t i = 0; i < rows; i++)
+        for (ptrdiff_t j = 0; j < cols; j++)
+            idx[(size_t)(i * cols + j)] = kind == 0 || kind == 2
+                                              ? (I)rng.below(buckets)
+                                              : diagonal[(size_t)(j - i + rows - 1)];
+    if (kind == 3 && n > 0)
+        idx[(size_t)(n - 1 - rng.below(cols))] = (I)((idx[(size_t)(n - 1)] + 1) % buckets);
+    std::vector<U> want((size_t)(heads * n));
+    for (ptrdiff_t h = 0; h < heads; h++)
+        for (ptrdiff_t p = 0; p < n; p++)
+            std::memcpy(&want[(size_t)(h * n + p)], &tv[(size_t)(h * buckets + idx[(size_t)p])],
+                        sizeof(U));
+    const char *kinds[4] = {"1-D", "shifted rows", "any 2-D", "shifted but one"};
+    const std::string name = std::string("relative_bias gather ") + Info<T>::name() + " index "
+                             + std::to_string(8 * sizeof(I)) + "-bit " + kinds[kind] + " heads "
+                             + std::to_string(heads) + " buckets " + std::to_string(buckets)
+                             + " index " + std::to_string(rows) + " x " + std::to_string(cols);
+    for (int level : levels()) {
+        set_simd_level(level);
+        for (const FamVariant &v : kFamVariants) {
+            Buf out((size_t)(heads * n) * sizeof(U), v.off * sizeof(U));
+            std::memset(out.p, 0x5a, (size_t)(heads * n) * sizeof(U));
+            fam::GatherJob job{};
+            job.table = (const char *)tv.data();
+            job.index = (const char *)idx.data();
+            job.out = out.p;
+            job.heads = heads;
+            job.buckets = buckets;
+            job.n = n;
+            job.rows = kind == 0 ? 0 : rows;
+            job.stream = v.stream;
+            const std::string what = name + variant_name(level, v);
+            g_checked++;
+            if (!fam::gather<U, I>(job, v.threads)) {
+                std::printf("FAIL %s: an index in range refused\n", what.c_str());
+                g_failures++;
+            } else if (std::memcmp(out.p, want.data(), (size_t)(heads * n) * sizeof(U))) {
+                if (g_failures < 30)
+                    std::printf("DIFF %s: the table's bits\n", what.c_str());
+                g_failures++;
+            }
+            if (n == 0 || v.threads != 2)
+                continue;
+            for (const I bad : {(I)-1, (I)buckets}) {  // refused, on either path
+                std::vector<I> i2 = idx;
+                if (kind == 1) {  // still shifted rows: the value along a diagonal
+                    const ptrdiff_t d = rng.below(cols);
+                    for (ptrdiff_t i = 0; i < rows && d + i < cols; i++)
+                        i2[(size_t)(i * cols + d + i)] = bad;
+                } else {
+                    i2[(size_t)rng.below(n)] = bad;
+                }
+                job.index = (const char *)i2.data();
+                g_checked++;
+                if (fam::gather<U, I>(job, v.threads)) {
+                    std::printf("FAIL %s: index %lld not refused\n", what.c_str(),
+                                (long long)bad);
+                    g_failures++;
+                }
+            }
+        }
+    }
+}
+
+template <class T>
+void gather_types(Rng &rng, ptrdiff_t heads, ptrdiff_t buckets, ptrdiff_t rows,
+                  ptrdiff_t cols, int kind)
+{
+    check_gather<T, int64_t>(rng, heads, buckets, rows, cols, kind);
+    check_gather<T, int32_t>(rng, heads, buckets, rows, cols, kind);
+}
+
+void gather_suite(Rng &rng, bool quick)
+{
+    // (heads, buckets, rows, cols): one element; short rows (tiles); rows of >= 256 bytes
+    // (windows) for every element size; 1-D indices over several tiles
+    const ptrdiff_t shapes[][4] = {{1, 1, 1, 1}, {3, 32, 9, 13}, {4, 32, 40, 140},
+                                   {2, 257, 5, quick ? 2500 : 9000}, {16, 49, 49, 49}};
+    for (const auto &s : shapes)
+        for (int kind = 0; kind < 4; kind++) {
+            if (s[3] > 1000 && kind)
+                continue;
+            gather_types<float>(rng, s[0], s[1], s[2], s[3], kind);
+            gather_types<double>(rng, s[0], s[1], s[2], s[3], kind);
+            gather_types<f16>(rng, s[0], s[1], s[2], s[3], kind);
+            gather_types<bf16>(rng, s[0], s[1], s[2], s[3], kind);
+        }
+}
+
+// ---- the depthwise convolution ------------------------------------------------------------
+//
+// The generic path's definition (_xp.conv_positional): taps summed a over kh, then b over kw,
+// each x * weight in the working type C (zeros outside the grid: a tap there adds
+// 0 * weight), then + bias, the activation, + x, rounded once to T. The reference's
+// activation: erfc / tanh in double (long double for float64 x), rounded to C.
+const long double kSqrtHalf = 0.707106781186547524400844362104849039L;
+float act_ref(float v, int act)
+{
+    const double d = v;
+    return (float)(act == 1 ? 0.5 * d * std::erfc(-d * (double)kSqrtHalf) : std::tanh(d));
+}
+double act_ref(double v, int act)
+{
+    const long double d = v;
+    return (double)(act == 1 ? 0.5L * d * std::erfc(-d * kSqrtHalf) : std::tanh(d));
+}
+
+template <class T>
+void check_conv(Rng &rng, const ptrdiff_t (&s)[6], int act, bool residual, bool with_bias)
+{
+    using C = typename Elem<T>::C;
+    const ptrdiff_t outer = s[0], H = s[1], W = s[2], Cn = s[3], kh = s[4], kw = s[5];
+    const ptrdiff_t top = (kh - 1) / 2, left = (kw - 1) / 2, n = outer * H * W * Cn;
+    const bool half = sizeof(T) == 2;
+    std::vector<T> x((size_t)n);
+    for (ptrdiff_t i = 0; i < n; i++) {
+        double v = rng.uniform(-6, 6) * (i % 11 == 5 ? 5 : 1);  // GELU's tails too
+        if (act == 0 && i % 13 == 7) {  // specials where the sums are exact
+            const double sp[5] = {NAN, INFINITY, -INFINITY, half ? 60000.0 : 1e38,
+                                  std::is_same<T, f16>::value ? 1e-7 : 1e-40};
+            v = sp[rng.below(5)];
+        }
+        x[(size_t)i] = from_double<T>(v);
+    }
+    std::vector<C> w((size_t)(kh * kw * Cn)), bias((size_t)Cn);
+    for (auto &v : w)
+        v = (C)(rng.uniform(-1.5, 1.5) / (double)(kh * kw));
+    for (auto &v : bias)
+        v = (C)rng.uniform(-0.5, 0.5);
+    std::vector<double> want((size_t)n), tol((size_t)n);
+    const double eps_c = sizeof(C) == 8 ? 0x1p-52 : 0x1p-23;
+    const double eps_t = std::is_same<T, f16>::value ? 0x1p-10 : 0x1p-7;
+    const double step_t = std::is_same<T, f16>::value ? 0x1p-24 : 0x1p-133;  // the subnormal one
+    for (ptrdiff_t o = 0; o < outer; o++)
+        for (ptrdiff_t h = 0; h < H; h++)
+            for (ptrdiff_t c0 = 0; c0 < W; c0++)
+                for (ptrdiff_t c = 0; c < Cn; c++) {
+                    C acc = 0;
+                    for (ptrdiff_t a = 0; a < kh; a++)
+                        for (ptrdiff_t b = 0; b < kw; b++) {
+                            const ptrdiff_t hh = h + a - top, ww = c0 + b - left;
+                            const C xv = hh >= 0 && hh < H && ww >= 0 && ww < W
+                                             ? (C)exact_value<T>(&x[(size_t)(
+                                                   ((o * H + hh) * W + ww) * Cn + c)])
+                                             : C(0);
+                            const C term = xv * w[(size_t)((a * kw + b) * Cn + c)];
+                            acc = a == 0 && b == 0 ? term : acc + term;
+                        }
+                    if (with_bias)
+                        acc = acc + bias[(size_t)c];
+                    if (act)
+                        acc = act_ref(acc, act);
+                    const ptrdiff_t at = ((o * H + h) * W + c0) * Cn + c;
+                    const double xa = exact_value<T>(&x[(size_t)at]);
+                    if (residual)
+                        acc = acc + (C)xa;
+                    const double r = round_once<T>((double)acc);
+                    want[(size_t)at] = r;
+                    tol[(size_t)at] = 8 * eps_c * (std::fabs(r) + std::fabs(xa)) + 1e-300
+                                      + (half ? eps_t * std::fabs(r) + step_t : 0.0);
+                }
+    const char *acts[3] = {"none", "gelu", "tanh"};
+    std::string name = std::string("conv ") + Info<T>::name() + " (" + std::to_string(outer);
+    for (int k = 1; k < 4; k++)
+        name += ", " + std::to_string(s[k]);
+    name += ") kernel " + std::to_string(kh) + " x " + std::to_string(kw) + " activation "
+            + acts[act] + (residual ? " residual" : "") + (with_bias ? " bias" : "");
+    FirstRun first;
+    for (int level : levels()) {
+        set_simd_level(level);
+        for (const FamVariant &v : kFamVariants) {
+            Buf xb((size_t)n * sizeof(T), (3 - v.off) * sizeof(T));
+            Buf out((size_t)n * sizeof(T), v.off * sizeof(T));
+            std::memcpy(xb.p, x.data(), (size_t)n * sizeof(T));
+            std::memset(out.p, 0x5a, (size_t)n * sizeof(T));
+            fam::ConvJob job{};
+            job.x = xb.p;
+            job.w = (const char *)w.data();
+            job.bias = with_bias ? (const char *)bias.data() : nullptr;
+            job.out = out.p;
+            job.outer = outer;
+            job.H = H;
+            job.W = W;
+            job.C = Cn;
+            job.kh = kh;
+            job.kw = kw;
+            job.top = top;
+            job.left = left;
+            job.act = act;
+            job.residual = residual;
+            fam::conv_grid<T>(job, v.threads);
+            const std::string what = name + " level " + simd_level_name(level) + " threads "
+                                     + std::to_string(v.threads) + " offsets "
+                                     + std::to_string(3 - v.off) + " " + std::to_string(v.off);
+            near<T>(out.p, want.data(), act ? tol.data() : nullptr, n, what);
+            first.check<T>(out.p, n, what);
+        }
+    }
+}
+
+void conv_types(Rng &rng, const ptrdiff_t (&s)[6], int act, bool residual, bool with_bias)
+{
+    check_conv<float>(rng, s, act, residual, with_bias);
+    check_conv<double>(rng, s, act, residual, with_bias);
+    check_conv<f16>(rng, s, act, residual, with_bias);
+    check_conv<bf16>(rng, s, act, residual, with_bias);
+}
+
+void conv_suite(Rng &rng, bool quick)
+{
+    // (outer, H, W, C, kh, kw): one element; 1-D (W = 1) odd and even kernels; channels past
+    // a tile of 256; 2-D; kernels wider than the grid; several chunks of rows (two threads)
+    const ptrdiff_t shapes[][6] = {{1, 1, 1, 1, 1, 1},  {2, 9, 1, 5, 3, 1},   {1, 13, 1, 300, 4, 1},
+                                   {2, 5, 7, 33, 3, 3}, {1, 3, 4, 17, 5, 6},  {3, 20, 1, 3, 25, 1},
+                                   {1, 6, 5, 260, 2, 2}};
+    const ptrdiff_t big[6] = {quick ? 1 : 2, quick ? 30 : 60, 1, 600, 5, 1};
+    // (activation, residual, bias)
+    const int combos[][3] = {{0, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 0, 0}, {2, 1, 0}, {2, 0, 1}};
+    for (const auto &s : shapes)
+        for (const auto &m : combos)
+            conv_types(rng, s, m[0], m[1], m[2]);
+    for (int act = 0; act < 3; act++)
+        conv_types(rng, big, act, true, true);
+}
+
 }  // namespace
 
 int main(int argc, char **argv)
@@ -697,6 +1320,9 @@ int main(int argc, char **argv)
     conversion_suite<bf16>(rng, quick ? 1 << 16 : 1 << 20);
     table_suite(rng, quick);
     copy_suite(rng);
+    alibi_suite(rng, quick);
+    gather_suite(rng, quick);
+    conv_suite(rng, quick);
     blocks_trim();
     Block blk = block_alloc(3 << 20);  // (memory.hpp builds and runs on this platform)
     if (!blk.ptr || blk.size < (3u << 20)) {
