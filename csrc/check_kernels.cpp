@@ -21,7 +21,16 @@
 // patterns through each level's widening and narrowing; sinusoid and RoPE cos/sin tables in
 // every layout and storage type (integer, huge and fractional positions, subnormal results,
 // scales to the ends of the range, rows wider than the table, misaligned outputs, streamed);
-// the streaming copy and fill.
+// the streaming copy and fill. The family kernels (families.hpp, conv.inc), each also against
+// a scalar reference written here from the generic path's definition: alibi_bias in its three
+// modes with query offsets, alibi_bias_from_positions (int64 and float64 positions),
+// alibi_bias_from_mask (8- to 64-bit masks; values other than 0 and 1 refused) equal to the
+// exact product rounded once; the relative-bias gather (1-D and 2-D int32/int64 indices,
+// shifted rows on the window path and others on the tile path, indices out of range refused)
+// equal to the table's bits; the depthwise convolution (1-D and 2-D, bias, residual, channels
+// past a tile) with its sums bit for bit and its exact GELU and tanh within 8 ulps of the
+// working type (tests/test_conv_kernels.py's bound); every storage type, ragged shapes,
+// misaligned outputs, one and two threads, streamed.
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
