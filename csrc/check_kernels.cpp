@@ -1027,9 +1027,11 @@ void alibi_suite(Rng &rng, bool quick)
 }
 
 // ---- the gather: out[h, p] = table[h, index[p]], the bits of each storage type ----------------
-// kind 0: a 1-D index; 1: a 2-D one whose rows are shifts (T5's buckets of key - query: the
-// window path where rows are long enough); 2: a 2-D one that is not (Swin's table index), and
-// 3: shifts but for one element of the last row (the tile path after the shift check).
+// kind 0: a 1-D index (tiles, the instruction set's gathers); 2-D ones, on the row paths where
+// rows are long enough: 1, rows that are shifts (T5's buckets of key - query: windows of a
+// line); 2, random rows (each gathered); 3, shifts but for one element of the last row; 4,
+// Swin's relative_position_index of a window of rows = w * w tokens (shifts but for a column
+// every window row).
 template <class T, class I>
 void check_gather(Rng &rng, ptrdiff_t heads, ptrdiff_t buckets, ptrdiff_t rows, ptrdiff_t cols,
                   int kind)
@@ -1048,6 +1050,13 @@ void check_gather(Rng &rng, ptrdiff_t heads, ptrdiff_t buckets, ptrdiff_t rows, 
             idx[(size_t)(i * cols + j)] = kind == 0 || kind == 2
                                               ? (I)rng.below(buckets)
                                               : diagonal[(size_t)(j - i + rows - 1)];
+    if (kind == 4) {  // (dy + w - 1) * (2w - 1) + dx + w - 1, buckets (2w - 1)**2
+        const ptrdiff_t w = (ptrdiff_t)std::lround(std::sqrt((double)rows));
+        for (ptrdiff_t i = 0; i < rows; i++)
+            for (ptrdiff_t j = 0; j < cols; j++)
+                idx[(size_t)(i * cols + j)] =
+                    (I)((i / w - j / w + w - 1) * (2 * w - 1) + i % w - j % w + w - 1);
+    }
     if (kind == 3 && n > 0)
         idx[(size_t)(n - 1 - rng.below(cols))] = (I)((idx[(size_t)(n - 1)] + 1) % buckets);
     std::vector<U> want((size_t)(heads * n));
@@ -1055,7 +1064,7 @@ void check_gather(Rng &rng, ptrdiff_t heads, ptrdiff_t buckets, ptrdiff_t rows, 
         for (ptrdiff_t p = 0; p < n; p++)
             std::memcpy(&want[(size_t)(h * n + p)], &tv[(size_t)(h * buckets + idx[(size_t)p])],
                         sizeof(U));
-    const char *kinds[4] = {"1-D", "shifted rows", "any 2-D", "shifted but one"};
+    const char *kinds[5] = {"1-D", "shifted rows", "any 2-D", "shifted but one", "Swin"};
     const std::string name = std::string("relative_bias gather ") + Info<T>::name() + " index "
                              + std::to_string(8 * sizeof(I)) + "-bit " + kinds[kind] + " heads "
                              + std::to_string(heads) + " buckets " + std::to_string(buckets)
@@ -1130,6 +1139,12 @@ void gather_suite(Rng &rng, bool quick)
             gather_types<f16>(rng, s[0], s[1], s[2], s[3], kind);
             gather_types<bf16>(rng, s[0], s[1], s[2], s[3], kind);
         }
+    for (ptrdiff_t w : {7, 12}) {  // Swin's windows: 49 tokens (short rows), 144
+        gather_types<float>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, 4);
+        gather_types<double>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, 4);
+        gather_types<f16>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, 4);
+        gather_types<bf16>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, 4);
+    }
 }
 
 // ---- the depthwise convolution ------------------------------------------------------------
