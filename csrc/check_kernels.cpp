@@ -29,8 +29,9 @@
 // shifted rows on the window path and others on the tile path, indices out of range refused)
 // equal to the table's bits; the depthwise convolution (1-D and 2-D, bias, residual, channels
 // past a tile) with its sums bit for bit and its exact GELU and tanh within 8 ulps of the
-// working type (tests/test_conv_kernels.py's bound); every storage type, ragged shapes,
-// misaligned outputs, one and two threads, streamed.
+// working type (tests/test_conv_kernels.py's bound); resample (taps along either axis or
+// both, one to nine a side, strided input) equal to its float64 sums rounded once; every
+// storage type, ragged shapes, misaligned outputs, one and two threads, streamed.
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -1283,6 +1284,119 @@ void conv_suite(Rng &rng, bool quick)
         conv_types(rng, big, act, true, true);
 }
 
+
+// ---- resample: separable taps, the first axis then the second, in double -----------------
+//
+// The generic path's definition (arrpos/_taps.py): along H, sum over taps t of
+// x[hidx[r, t]] * hw[r, t], products rounded and added in tap order in float64; then along W
+// the same over that result; rounded once to T. An axis without taps keeps its length.
+// Strided input (padded rows and pixels), planes of the output apart by a gap.
+template <class T>
+void check_resample(Rng &rng, const ptrdiff_t (&s)[6], ptrdiff_t th, ptrdiff_t tw)
+{
+    const ptrdiff_t outer = s[0], H = s[1], W = s[2], C = s[3];
+    const ptrdiff_t Ho = th ? s[4] : H, Wo = tw ? s[5] : W;
+    const ptrdiff_t xs_w = C + 2, xs_h = W * xs_w + 3, xs_outer = H * xs_h + 1;
+    const ptrdiff_t plane = Ho * Wo * C, os_outer = plane + 5, nx = outer * xs_outer;
+    std::vector<T> x((size_t)nx);
+    for (ptrdiff_t i = 0; i < nx; i++)
+        x[(size_t)i] = from_double<T>(rng.uniform(-4, 4));
+    wild(rng, x.data(), nx / 10);  // a tenth of any magnitude, infinities and NaNs
+    std::vector<int64_t> hidx((size_t)(Ho * th)), widx((size_t)(Wo * tw));
+    std::vector<double> hw(hidx.size()), ww(widx.size());
+    for (auto &v : hidx)
+        v = rng.below(H);
+    for (auto &v : widx)
+        v = rng.below(W);
+    for (auto &v : hw)
+        v = rng.uniform(-0.5, 1.5);
+    for (auto &v : ww)
+        v = rng.uniform(-0.5, 1.5);
+    std::vector<double> want((size_t)(outer * plane)), first((size_t)(W * C));
+    for (ptrdiff_t o = 0; o < outer; o++)
+        for (ptrdiff_t r = 0; r < Ho; r++) {
+            for (ptrdiff_t w = 0; w < W; w++)
+                for (ptrdiff_t c = 0; c < C; c++) {
+                    auto at = [&](ptrdiff_t h) {
+                        return exact_value<T>(&x[(size_t)(o * xs_outer + h * xs_h + w * xs_w
+                                                          + c)]);
+                    };
+                    double acc = th ? at(hidx[(size_t)(r * th)]) * hw[(size_t)(r * th)] : at(r);
+                    for (ptrdiff_t t = 1; t < th; t++)
+                        acc = acc + at(hidx[(size_t)(r * th + t)]) * hw[(size_t)(r * th + t)];
+                    first[(size_t)(w * C + c)] = acc;
+                }
+            for (ptrdiff_t wo = 0; wo < Wo; wo++)
+                for (ptrdiff_t c = 0; c < C; c++) {
+                    auto at = [&](ptrdiff_t w) { return first[(size_t)(w * C + c)]; };
+                    double acc = tw ? at(widx[(size_t)(wo * tw)]) * ww[(size_t)(wo * tw)] : at(wo);
+                    for (ptrdiff_t t = 1; t < tw; t++)
+                        acc = acc + at(widx[(size_t)(wo * tw + t)]) * ww[(size_t)(wo * tw + t)];
+                    want[(size_t)(o * plane + (r * Wo + wo) * C + c)] = round_once<T>(acc);
+                }
+        }
+    std::string name = std::string("resample ") + Info<T>::name() + " (" + std::to_string(outer);
+    for (int k = 1; k < 4; k++)
+        name += ", " + std::to_string(s[k]);
+    name += ") -> (" + std::to_string(Ho) + ", " + std::to_string(Wo) + ") taps "
+            + std::to_string(th) + " x " + std::to_string(tw);
+    FirstRun firstrun;
+    for (int level : levels()) {
+        set_simd_level(level);
+        for (const FamVariant &v : kFamVariants) {
+            Buf xb((size_t)nx * sizeof(T), (3 - v.off) * sizeof(T));
+            Buf out((size_t)(outer * os_outer) * sizeof(T), v.off * sizeof(T));
+            std::memcpy(xb.p, x.data(), (size_t)nx * sizeof(T));
+            std::memset(out.p, 0x5a, (size_t)(outer * os_outer) * sizeof(T));
+            fam::ResampleJob job{};
+            job.x = xb.p;
+            job.out = out.p;
+            job.hidx = th ? hidx.data() : nullptr;
+            job.hw = th ? hw.data() : nullptr;
+            job.widx = tw ? widx.data() : nullptr;
+            job.ww = tw ? ww.data() : nullptr;
+            job.outer = outer;
+            job.H = H;
+            job.W = W;
+            job.C = C;
+            job.Ho = Ho;
+            job.Wo = Wo;
+            job.th = th;
+            job.tw = tw;
+            job.xs_outer = xs_outer;
+            job.xs_h = xs_h;
+            job.xs_w = xs_w;
+            job.os_outer = os_outer;
+            fam::resample<T>(job, v.threads);
+            std::vector<char> got;  // the planes, without the gaps between them
+            for (ptrdiff_t o = 0; o < outer; o++)
+                got.insert(got.end(), out.p + o * os_outer * (ptrdiff_t)sizeof(T),
+                           out.p + (o * os_outer + plane) * (ptrdiff_t)sizeof(T));
+            const std::string what = name + " level " + simd_level_name(level) + " threads "
+                                     + std::to_string(v.threads) + " offsets "
+                                     + std::to_string(3 - v.off) + " " + std::to_string(v.off);
+            near<T>(got.data(), want.data(), nullptr, outer * plane, what);
+            firstrun.check<T>(got.data(), outer * plane, what);
+        }
+    }
+}
+
+void resample_suite(Rng &rng)
+{
+    // (outer, H, W, C, Ho, Wo): one element; channels past a tile of 512; up and down
+    const ptrdiff_t shapes[][6] = {{1, 1, 1, 1, 1, 1}, {2, 5, 4, 7, 9, 3}, {1, 3, 6, 600, 4, 2},
+                                   {1, 14, 14, 5, 32, 32}};
+    // taps per axis: none (the axis kept), 1 to 4 (one pass), 5 and 9 (several passes)
+    const ptrdiff_t taps[][2] = {{0, 3}, {2, 0}, {0, 0}, {1, 1}, {4, 3}, {5, 9}, {9, 2}};
+    for (const auto &s : shapes)
+        for (const auto &t : taps) {
+            check_resample<float>(rng, s, t[0], t[1]);
+            check_resample<double>(rng, s, t[0], t[1]);
+            check_resample<f16>(rng, s, t[0], t[1]);
+            check_resample<bf16>(rng, s, t[0], t[1]);
+        }
+}
+
 }  // namespace
 
 int main(int argc, char **argv)
@@ -1347,6 +1461,7 @@ int main(int argc, char **argv)
     alibi_suite(rng, quick);
     gather_suite(rng, quick);
     conv_suite(rng, quick);
+    resample_suite(rng);
     blocks_trim();
     Block blk = block_alloc(3 << 20);  // (memory.hpp builds and runs on this platform)
     if (!blk.ptr || blk.size < (3u << 20)) {
