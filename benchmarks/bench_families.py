@@ -19,6 +19,7 @@ MASK = (8, 32, 4096)  # batch, heads, keys (BLOOM)
 T5 = (16, 1024, 1024)  # heads, queries, keys: 64 MiB
 SWIN_WINDOW = 32  # a (1024, 1024) index: the T5 rows' output size
 BUCKETS = (2048, 2048)  # queries, keys
+SHAW_K = 16  # shaw_index's max_distance
 CONV = (8, 1024, 768, 5)  # batch, length, channels, kernel (wav2vec2-sized)
 CONV_QUICK = (2, 512, 768, 5)
 CONV2D = (8, 32, 32, 384, 3)  # batch, H, W, channels, kernel (CPVT's PEG)
@@ -188,11 +189,21 @@ def bucket_rows(rounds, quick):
         return []
     q, k = BUCKETS
     rel = arrpos.relative_positions(q, k, xp=torch)
+    rel_np = arrpos.relative_positions(q, k)
     n = _threads()
     funcs = {"deberta": lambda: arrpos.deberta_bucket(rel),
              "hf deberta": lambda: make_log_bucket_position(-rel, 256, 512),
              "t5": lambda: arrpos.t5_bucket(rel),
-             "hf t5": lambda: T5Attention._relative_position_bucket(rel)}
+             "hf t5": lambda: T5Attention._relative_position_bucket(rel),
+             # the NumPy buckets against the same transformers code (a NumPy-only model's
+             # alternative is to run it through torch)
+             "deberta np": lambda: arrpos.deberta_bucket(rel_np),
+             "t5 np": lambda: arrpos.t5_bucket(rel_np),
+             # Shaw et al.'s index against the one-line formula a user writes instead
+             "shaw": lambda: arrpos.shaw_index(rel, max_distance=SHAW_K),
+             "shaw formula": lambda: torch.clamp(rel, -SHAW_K, SHAW_K) + SHAW_K,
+             "shaw np": lambda: arrpos.shaw_index(rel_np, max_distance=SHAW_K),
+             "shaw np formula": lambda: np.clip(rel_np, -SHAW_K, SHAW_K) + SHAW_K}
     held = {f"{name} {m}": _torch_held(torch, m, fn) for name, fn in funcs.items()
             for m in sorted({1, n})}
     t = interleaved(held, rounds=rounds)
@@ -206,6 +217,16 @@ def bucket_rows(rounds, quick):
         rows.append((f"t5_bucket (torch){tail}", size, t[f"t5 {m}"] * 1e3, "",
                      f"{t[f'hf t5 {m}'] / t[f't5 {m}']:.2f} x faster than transformers "
                      "_relative_position_bucket"))
+        rows.append((f"deberta_bucket (numpy){tail}", size, t[f"deberta np {m}"] * 1e3, "",
+                     f"{t[f'hf deberta {m}'] / t[f'deberta np {m}']:.2f} x faster than "
+                     "transformers make_log_bucket_position (torch)"))
+        rows.append((f"t5_bucket (numpy){tail}", size, t[f"t5 np {m}"] * 1e3, "",
+                     f"{t[f'hf t5 {m}'] / t[f't5 np {m}']:.2f} x faster than transformers "
+                     "_relative_position_bucket (torch)"))
+        for lib, key in (("torch", "shaw"), ("numpy", "shaw np")):
+            rows.append((f"shaw_index K={SHAW_K} ({lib}){tail}", size, t[f"{key} {m}"] * 1e3,
+                         "", f"{t[f'{key} formula {m}'] / t[f'{key} {m}']:.2f} x faster than "
+                         f"the {lib} formula clip(rel, -K, K) + K"))
     return rows
 
 

@@ -12,10 +12,12 @@ from ._arrays import (
     check_index,
     check_offset,
     check_positions,
+    clip_shift,
     from_host,
     largest_magnitude,
     round_once,
     output_dtype,
+    take_rows,
 )
 from ._memo import (
     array_key,

@@ -7,6 +7,7 @@ import numbers
 import numpy as np
 
 from ._namespace import (
+    backend_name,
     computable_positions,
     dtype_name,
     float_bits,
@@ -18,6 +19,7 @@ from ._namespace import (
     has_float64,
     index_dtype,
     is_lazy,
+    is_writeable,
 )
 from ._validate import (
     MAX_ELEMENTS,
@@ -31,7 +33,8 @@ from ._validate import (
 
 __all__ = ["POSITION_LIMIT", "POSITION_LIMIT_F32", "as_index", "as_positions", "check_device",
            "check_index", "check_offset", "from_host", "round_once",
-           "check_finite_values", "check_positions", "largest_magnitude", "output_dtype"]
+           "check_finite_values", "check_positions", "clip_shift", "largest_magnitude",
+           "output_dtype", "take_rows"]
 
 # |position * frequency| below which tables meet the accuracy contract (float32 within 2e-7,
 # float64 within 1e-12 of exact; measured against mpmath on the compiled and the generic path:
@@ -258,3 +261,34 @@ def output_dtype(xp, x, dtype, *, device=None, name: str = "dtype"):
     if x is not None and dtype_kind(xp, x.dtype) == "real floating":
         return x.dtype
     return default_float(xp, device)
+
+
+def clip_shift(xp, x, lo: int, hi: int, shift: int):
+    """``clip(x, lo, hi) + shift`` of an integer array in its dtype (the bounds and the shifted
+    values must fit it), with one temporary: the shift is added in place where the clipped
+    array is writable (``clip`` returns a new array on every namespace). NumPy's own ``clip``
+    takes the scalar bounds as they are (array-api-compat's broadcasts them to the array's
+    shape, a strided pass twice as slow)."""
+    if backend_name(xp) == "numpy" and x.ndim:
+        out = np.clip(x, lo, hi)  # Python int bounds inside the dtype: x's dtype (NEP 50)
+    else:
+        out = xp.clip(x, min=lo, max=hi)
+    if not shift:
+        return out
+    if is_writeable(out):
+        out += shift
+        return out
+    return out + shift
+
+
+def take_rows(xp, table, index):
+    """``table[index]`` of a 1-D ``table`` at an index array of any shape whose entries are
+    known to lie in ``[0, len(table))``, shaped like ``index``. The same values as ``take``;
+    torch's ``index_select`` directly, without the wrap of negative indices that
+    array-api-compat's torch ``take`` pays a full pass and a temporary for."""
+    flat = xp.reshape(index, (-1,))
+    if backend_name(xp) == "torch":
+        out = xp.index_select(table, 0, flat)
+    else:
+        out = xp.take(table, flat, axis=0)
+    return xp.reshape(out, tuple(index.shape))

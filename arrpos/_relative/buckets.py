@@ -26,9 +26,11 @@ from .._lib import (
     check_array,
     check_bool,
     check_positive_int,
+    clip_shift,
     device_of,
     largest_magnitude,
     namespace_for,
+    take_rows,
 )
 from ..typing import Array, DType, Namespace
 
@@ -230,11 +232,11 @@ def t5_bucket(relative: Array, /, *, bidirectional: bool = True, num_buckets: in
     top = min(max_distance, _distance_top(xp, relative.dtype, rel.dtype))
     # every distance from max_distance on has the last bucket: clipping there is exact, and
     # abs cannot overflow at the dtype's minimum
-    rel = xp.clip(rel, min=-top, max=top)
     dtype = bucket_dtype(xp, relative.dtype, rel.dtype, num_buckets - 1)
     if top <= LUT_MAX:  # every distance a row of one small table
-        return _lookup(xp, _t5_table(bidirectional, nb, max_exact, max_distance, top), rel,
-                       top, dtype)
+        return _lookup(xp, _t5_table(bidirectional, nb, max_exact, max_distance, top),
+                       clip_shift(xp, rel, -top, top, top), dtype)
+    rel = xp.clip(rel, min=-top, max=top)
     out = _t5_rule(xp, rel, bidirectional, nb, max_exact, max_distance, top)
     return out if dtype == out.dtype else xp.astype(out, dtype)
 
@@ -268,11 +270,10 @@ def _t5_table(bidirectional, nb, max_exact, max_distance, top):
                                           top), dtype=np.int64))
 
 
-def _lookup(xp, table, rel, c, dtype):
-    """``table[rel + c]`` in ``dtype`` (``|rel| <= c``), shaped like ``rel``."""
-    t = xp.asarray(table.copy(), dtype=dtype, device=device_of(rel))  # torch: a writable one
-    out = xp.take(t, xp.reshape(rel, (-1,)) + c, axis=0)
-    return xp.reshape(out, tuple(rel.shape))
+def _lookup(xp, table, index, dtype):
+    """``table[index]`` in ``dtype`` (``0 <= index < len(table)``), shaped like ``index``."""
+    t = xp.asarray(table.copy(), dtype=dtype, device=device_of(index))  # torch: a writable one
+    return take_rows(xp, t, index)
 
 
 def deberta_bucket(relative: Array, /, *, bucket_size: int = 256, max_position: int = 512) -> Array:
@@ -349,9 +350,9 @@ def deberta_bucket(relative: Array, /, *, bucket_size: int = 256, max_position: 
     big = top if top <= LUT_MAX else largest_magnitude(xp, rel, "relative")
     if big is not None and min(big, top) <= LUT_MAX:
         c = min(top, 1 << max(int(min(big, top)), 1).bit_length())
-        if big > c:  # only the index dtype's minimum: clipped, the same bucket
-            rel = xp.clip(rel, min=-c, max=c)
-        return _lookup(xp, _deberta_table(bucket_size, max_position, top, c), rel, c, dtype)
+        # past c: only the index dtype's minimum, clipped to the same bucket
+        index = clip_shift(xp, rel, -c, c, c) if big > c else rel + c
+        return _lookup(xp, _deberta_table(bucket_size, max_position, top, c), index, dtype)
     out = _deberta_rule(xp, xp.clip(rel, min=-top, max=top), bucket_size, max_position, top)
     return out if dtype == out.dtype else xp.astype(out, dtype)
 

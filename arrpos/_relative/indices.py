@@ -17,8 +17,11 @@ from .._lib import (
     check_positive_int,
     check_shape,
     check_size,
+    clip_shift,
     default_float,
+    device_of,
     from_host,
+    index_dtype,
 )
 from .buckets import bucket_dtype
 from ..typing import Array, DType, Device, Namespace, Shape
@@ -282,11 +285,14 @@ def shaw_index(relative: Array, /, *, max_distance: int) -> Array:
     """
     xp = array_namespace(relative, name="relative")
     check_array(xp, relative, "relative", kind="integer")
-    rel = as_index(xp, relative, "relative")  # clip bounds and 2K fit; no unsigned wrap
+    wide = index_dtype(xp, device_of(relative))
     k = check_positive_int(max_distance, "max_distance", minimum=0,
-                           maximum=int(xp.iinfo(rel.dtype).max) // 2)
-    out = xp.clip(rel, min=-k, max=k) + k
-    dtype = bucket_dtype(xp, relative.dtype, rel.dtype, 2 * k)
-    return out if dtype == out.dtype else xp.astype(out, dtype)
+                           maximum=int(xp.iinfo(wide).max) // 2)
+    dtype = bucket_dtype(xp, relative.dtype, wide, 2 * k)
+    if dtype == relative.dtype:  # signed and holds 2K: -K and every index fit, no widening
+        return clip_shift(xp, relative, -k, k, k)
+    rel = as_index(xp, relative, "relative")  # clip bounds and 2K fit; no unsigned wrap
+    out = clip_shift(xp, rel, -k, k, k)
+    return out if out.dtype == dtype else xp.astype(out, dtype)
 
 
