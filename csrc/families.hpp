@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 #include "kernels.hpp"
@@ -280,24 +281,52 @@ void mask_chunk(void *ctx, ptrdiff_t c)
     const MaskJob &j = *(const MaskJob *)ctx;
     const ptrdiff_t b = c / j.chunks_per_row, h0 = (c % j.chunks_per_row) * j.heads_per_chunk;
     const ptrdiff_t h1 = h0 + j.heads_per_chunk < j.heads ? h0 + j.heads_per_chunk : j.heads;
-    std::vector<int32_t> pos((size_t)j.k);  // k < 2**31: int32 converts in vectors
+    // positions as int32 (16-bit T: ``scaled`` takes them) or converted once to T (the
+    // conversion the generic code's astype makes); k < 2**31. Not zero-filled: every element
+    // is written below.
+    using P = typename std::conditional<sizeof(T) == 2, int32_t, T>::type;
+    std::unique_ptr<P[]> posbuf(new P[(size_t)j.k]);
+    P *pos = posbuf.get();
     const M *m = (const M *)j.mask + b * j.k;
-    int32_t run = 0;
+    // one pass over the mask, in blocks of 8: the values' OR (a value other than 0 and 1,
+    // read as unsigned, shows as more than 1) and the running count; a block of real tokens
+    // or of padding (a padded batch's every block but one) is written in vectors, a mixed
+    // one element by element
     M any = 0;
-    for (ptrdiff_t t = 0; t < j.k; t++) {
-        any |= m[t];
-        run += m[t] != 0;
-        pos[(size_t)t] = m[t] != 0 ? run - 1 : 0;
+    int32_t run = 0;  // real tokens before t
+    ptrdiff_t t = 0;
+    for (; t + 8 <= j.k; t += 8) {
+        M o = 0, a = ~(M)0;
+        for (int u = 0; u < 8; u++) {
+            o |= m[t + u];
+            a &= m[t + u];
+        }
+        any |= o;
+        if (o == 1 && a == 1) {  // all 1
+            for (int u = 0; u < 8; u++)
+                pos[t + u] = (P)(run + u);
+            run += 8;
+        } else if (o == 0) {
+            for (int u = 0; u < 8; u++)
+                pos[t + u] = (P)0;
+        } else {
+            for (int u = 0; u < 8; u++) {
+                const bool on = m[t + u] != 0;
+                pos[t + u] = on ? (P)run : (P)0;
+                run += on;
+            }
+        }
     }
-    if (any > 1) {  // (unsigned: a negative value too) nothing of this row written
+    for (; t < j.k; t++) {
+        any |= m[t];
+        const bool on = m[t] != 0;
+        pos[t] = on ? (P)run : (P)0;
+        run += on;
+    }
+    if (any > 1) {  // nothing of this row's output written
         j.bad->store(1, std::memory_order_relaxed);
         return;
     }
-    // the positions converted once per chunk (the conversion the generic code's astype makes)
-    std::vector<T> posf(sizeof(T) == 2 ? 1 : (size_t)j.k);
-    if constexpr (sizeof(T) != 2)
-        for (ptrdiff_t t = 0; t < j.k; t++)
-            posf[(size_t)t] = (T)pos[(size_t)t];
     const ptrdiff_t rowb = j.k * (ptrdiff_t)sizeof(T);
     std::vector<T> row(j.stream ? (size_t)j.k : 1);
     for (ptrdiff_t h = h0; h < h1; h++) {
@@ -305,13 +334,11 @@ void mask_chunk(void *ctx, ptrdiff_t c)
         char *dst = j.out + (b * j.heads + h) * rowb;
         T *r = j.stream ? row.data() : (T *)dst;  // cached stores: straight into the output
         if constexpr (sizeof(T) == 2) {
-            const int32_t *p = pos.data();
-            for (ptrdiff_t t = 0; t < j.k; t++)
-                r[t] = scaled<T>(s, p[t]);
+            for (ptrdiff_t i = 0; i < j.k; i++)
+                r[i] = scaled<T>(s, pos[i]);
         } else {
-            const T *p = posf.data();
-            for (ptrdiff_t t = 0; t < j.k; t++)
-                r[t] = s * p[t];
+            for (ptrdiff_t i = 0; i < j.k; i++)
+                r[i] = s * pos[i];
         }
         if (j.stream)
             put(dst, (const char *)r, rowb, true);

@@ -126,6 +126,33 @@ def test_alibi_from_mask_equals_generic(batch, k, heads, dtype, kind, negative, 
     _same_bits(got, ref)
 
 
+@pytest.mark.parametrize("k", [1, 7, 8, 9, 64, 1003])
+@pytest.mark.parametrize("kind", [bool, np.int64, np.uint8])
+def test_alibi_from_mask_runs_equal_generic(k, kind):
+    """Masks of long runs (left and right padding, all real, all padding, holes): the kernel
+    writes whole blocks of real tokens or padding at once, mixed blocks one by one."""
+    rows = [np.ones(k), np.zeros(k), np.r_[np.zeros(k // 3), np.ones(k - k // 3)],
+            np.r_[np.ones(k - k // 5), np.zeros(k // 5)], (np.arange(k) % 11 < 9)]
+    mask = np.array(rows).astype(kind)
+    for dtype in DTYPES:
+        s = _slopes(12, dtype)
+        got = arrpos.alibi_bias_from_mask(s, mask)
+        ref = _xp.alibi_bias_from_mask(s, mask != 0, dtype=s.dtype, xp=xp)
+        _served("alibi_bias_from_mask", s, mask != 0, dtype=s.dtype)
+        _same_bits(got, ref)
+
+
+@pytest.mark.parametrize("at", [0, 650, 698])
+@pytest.mark.parametrize("kind", [np.int64, np.uint8])
+def test_alibi_from_mask_bad_value_anywhere_raises(at, kind):
+    """A bad value in a block of ones, a mixed block or the tail past the last whole block."""
+    mask = np.ones((2, 699), dtype=kind)
+    mask[1, 640:660] = 0
+    mask[1, at] = 3
+    with pytest.raises(ValueError, match="attention_mask must hold only 0 and 1"):
+        arrpos.alibi_bias_from_mask(np.ones(4, np.float32), mask)
+
+
 @pytest.mark.parametrize("kind", [np.int64, np.int32, np.int16, np.int8, np.uint8, np.uint64])
 @pytest.mark.parametrize("bad", [2, -1, 255])
 def test_alibi_from_mask_bad_values_raise(kind, bad):
