@@ -28,6 +28,7 @@ from .._lib import (
     check_positive_int,
     clip_shift,
     device_of,
+    index_dtype,
     largest_magnitude,
     namespace_for,
     take_rows,
@@ -142,6 +143,14 @@ def _distance_top(xp: Namespace, dtype: DType, wide: DType) -> int:
     return min(max(int(info.max), -int(info.min)), int(xp.iinfo(wide).max))
 
 
+def _holds_index(xp: Namespace, dtype: DType, n: int) -> bool:
+    """Whether a table index up to ``n`` can be formed in ``dtype`` itself (signed, holding
+    ``n``, and 32 or 64 bits: torch's gathers refuse narrower indices), sparing the widened
+    copy of the whole input."""
+    info = xp.iinfo(dtype)
+    return info.min < 0 and info.bits >= 32 and n <= info.max
+
+
 def bucket_dtype(xp: Namespace, dtype: DType, wide: DType, largest: int) -> DType:
     """``dtype`` when it is signed and holds every bucket (``|bucket| <= largest``), else the
     index dtype: buckets of int8 distances may not fit int8, and buckets are signed."""
@@ -228,14 +237,17 @@ def t5_bucket(relative: Array, /, *, bidirectional: bool = True, num_buckets: in
         raise ValueError(
             f"max_distance must be > {max_exact} (half of the buckets are exact), got {max_distance}"
         )
-    rel = as_index(xp, relative, "relative")  # no abs overflow, no unsigned wrap-around
-    top = min(max_distance, _distance_top(xp, relative.dtype, rel.dtype))
+    wide = index_dtype(xp, device_of(relative))
+    top = min(max_distance, _distance_top(xp, relative.dtype, wide))
     # every distance from max_distance on has the last bucket: clipping there is exact, and
     # abs cannot overflow at the dtype's minimum
-    dtype = bucket_dtype(xp, relative.dtype, rel.dtype, num_buckets - 1)
+    dtype = bucket_dtype(xp, relative.dtype, wide, num_buckets - 1)
     if top <= LUT_MAX:  # every distance a row of one small table
+        src = relative if _holds_index(xp, relative.dtype, 2 * top) else as_index(
+            xp, relative, "relative")
         return _lookup(xp, _t5_table(bidirectional, nb, max_exact, max_distance, top),
-                       clip_shift(xp, rel, -top, top, top), dtype)
+                       clip_shift(xp, src, -top, top, top), dtype)
+    rel = as_index(xp, relative, "relative")  # no abs overflow, no unsigned wrap-around
     rel = xp.clip(rel, min=-top, max=top)
     out = _t5_rule(xp, rel, bidirectional, nb, max_exact, max_distance, top)
     return out if dtype == out.dtype else xp.astype(out, dtype)
@@ -335,8 +347,8 @@ def deberta_bucket(relative: Array, /, *, bucket_size: int = 256, max_position: 
         raise ValueError(
             f"max_position must be > bucket_size // 2 + 1 = {mid + 1}, got {max_position}"
         )
-    rel = as_index(xp, relative, "relative")  # no negation overflow, no unsigned wrap-around
-    top = _distance_top(xp, relative.dtype, rel.dtype)
+    wide = index_dtype(xp, device_of(relative))
+    top = _distance_top(xp, relative.dtype, wide)
     largest = _deberta_top(bucket_size, max_position, top)
     if largest - mid > MAX_BUCKETS:
         raise ValueError(
@@ -345,7 +357,11 @@ def deberta_bucket(relative: Array, /, *, bucket_size: int = 256, max_position: 
             f"{MAX_BUCKETS} (2**20); use a smaller bucket_size or a max_position further "
             "above bucket_size // 2"
         )
-    dtype = bucket_dtype(xp, relative.dtype, rel.dtype, largest)
+    dtype = bucket_dtype(xp, relative.dtype, wide, largest)
+    # the table lookup's index in the input's dtype where it holds it, else widened: no
+    # negation overflow, no unsigned wrap-around
+    rel = relative if _holds_index(xp, relative.dtype, 4 * LUT_MAX) else as_index(
+        xp, relative, "relative")
     # the table covers the distances present (eager arrays: read once), in powers of two
     big = top if top <= LUT_MAX else largest_magnitude(xp, rel, "relative")
     if big is not None and min(big, top) <= LUT_MAX:
@@ -353,6 +369,7 @@ def deberta_bucket(relative: Array, /, *, bucket_size: int = 256, max_position: 
         # past c: only the index dtype's minimum, clipped to the same bucket
         index = clip_shift(xp, rel, -c, c, c) if big > c else rel + c
         return _lookup(xp, _deberta_table(bucket_size, max_position, top, c), index, dtype)
+    rel = as_index(xp, rel, "relative")
     out = _deberta_rule(xp, xp.clip(rel, min=-top, max=top), bucket_size, max_position, top)
     return out if dtype == out.dtype else xp.astype(out, dtype)
 
