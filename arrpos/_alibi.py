@@ -125,6 +125,8 @@ def alibi_slopes(num_heads: int, *, max_bias: float = 8.0, head_offset: int = 0,
     elif dtype == getattr(xp, "float64", None) and not has_float64(xp, device):
         raise TypeError(f"dtype=float64 is not available on this device ({xp.__name__})")
     host = _host_slopes(total, max_bias)[head_offset:head_offset + num_heads]
+    if dtype == getattr(xp, "float32", None):  # rounded once here: no float64 on the device
+        return xp.asarray(host.astype(np.float32), dtype=dtype, device=device)
     return from_host(xp, host, dtype, device)
 
 
