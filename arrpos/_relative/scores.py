@@ -102,14 +102,16 @@ def relative_bias(table: Array, index: Array, /) -> Array:
     check_array(xp, index, "index", kind="integer")
     if table.ndim != 2:
         raise ValueError(f"table must have shape (num_buckets, heads), got {tuple(table.shape)}")
-    index = as_index(xp, dense_array(index, "index"), "index")
+    index = dense_array(index, "index")
+    if index.dtype != xp.int32:  # every gather takes int32 ids as they are: no widened copy
+        index = as_index(xp, index, "index")
     # ids in range: checked here unless the kernel that serves the call checks them itself
     return _dispatch.call("relative_bias", xp, table, index, arrays=(table, index),
                           dtype=table.dtype, check=lambda: check_index(
                               xp, index, table.shape[0], "index", "the rows of table"))
 
 
-def t5_bias(table: Array, query_len: int, key_len: int, /, *, bidirectional: bool = True,
+def t5_bias(table: Array, /, query_len: int, key_len: int, *, bidirectional: bool = True,
             max_distance: int = 128, query_offset: int = 0) -> Array:
     """T5's position bias of ``query_len`` queries against ``key_len`` keys, from the lengths:
     ``relative_bias(table, t5_bucket(relative_positions(query_len, key_len, ...), ...))``
