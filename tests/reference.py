@@ -194,3 +194,16 @@ def rope_apply_loop(x, cos, sin, layout="half", inverse=False):
         out[..., a] = x[..., a] * cos[..., a] - x[..., b] * sin[..., a]
         out[..., b] = x[..., b] * cos[..., b] + x[..., a] * sin[..., b]
     return out
+
+
+def numpy_float_dtypes():
+    """The NumPy storage types the kernels have: float32, float64, float16 and, where
+    ml_dtypes installs, bfloat16."""
+    out = [np.float32, np.float64, np.float16]
+    try:
+        import ml_dtypes
+
+        out.append(ml_dtypes.bfloat16)
+    except ImportError:
+        pass
+    return out

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import array_api_compat.numpy as xp
 import arrpos
+from reference import numpy_float_dtypes
 from arrpos import _dispatch
 from arrpos._backends import _xp
 
@@ -19,18 +20,7 @@ pytestmark = pytest.mark.skipif(_numpy is None, reason="compiled extension disab
 MODES = ["causal", "symmetric", "key"]
 
 
-def _dtypes():
-    out = [np.float32, np.float64, np.float16]
-    try:
-        import ml_dtypes
-
-        out.append(ml_dtypes.bfloat16)
-    except ImportError:
-        pass
-    return out
-
-
-DTYPES = _dtypes()
+DTYPES = numpy_float_dtypes()
 
 
 def _same_bits(a, b):

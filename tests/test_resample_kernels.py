@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import array_api_compat.numpy as xp
 import arrpos
+from reference import numpy_float_dtypes
 from arrpos import _dispatch, _taps
 from arrpos._backends import Unsupported, _xp
 
@@ -27,18 +28,7 @@ _numpy = _dispatch.front_end("host.numpy")
 pytestmark = pytest.mark.skipif(_numpy is None, reason="compiled extension disabled or absent")
 
 
-def _dtypes():
-    out = [np.float32, np.float64, np.float16]
-    try:
-        import ml_dtypes
-
-        out.append(ml_dtypes.bfloat16)
-    except ImportError:
-        pass
-    return out
-
-
-DTYPES = _dtypes()
+DTYPES = numpy_float_dtypes()
 
 
 @contextlib.contextmanager
