@@ -306,6 +306,31 @@ def test_graph_size_is_linear_in_chunks():
         assert b <= 2 * a + 4 and b < 12 * 16  # a few tasks per chunk, no per-element tasks
 
 
+def test_rope_cos_sin_runs_no_task_it_can_do_without():
+    """Each task is a round trip through the scheduler: over ``arange`` positions, one task
+    per chunk of each table computed plus one for the canvases (positions made inside the
+    cos tasks), whichever tables are computed, with the NumPy values."""
+    inv, _ = arrpos.rope_frequencies(16)
+    rc, rs = arrpos.rope_cos_sin(np.arange(700), inv, dtype=np.float32)
+    for which in ([0, 1], [0], [1]):
+        pair = arrpos.rope_cos_sin(da.arange(700, chunks=100), da.from_array(inv),
+                                   dtype=np.float32)
+        with TaskCounter() as counted:
+            got = dask.compute(*(pair[i] for i in which), scheduler="threads")
+        for g, i in zip(got, which):
+            np.testing.assert_array_equal(g, (rc, rs)[i])
+        tables = 2 if 1 in which else 1  # sin's tasks hand out what cos's tasks made
+        finals = len(which)  # Dask's own last step per computed array
+        assert counted.count == tables * 7 + 1 + finals, which
+    # positions made by tasks that read other tasks keep their own tasks
+    pos = da.arange(700, chunks=100) + 0
+    with TaskCounter() as counted:
+        got = _compute(*arrpos.rope_cos_sin(pos, da.from_array(inv), dtype=np.float32))
+    np.testing.assert_array_equal(got[0], rc)
+    np.testing.assert_array_equal(got[1], rs)
+    assert counted.count > 2 * 7 + 3
+
+
 def test_graph_pickles_and_runs_unpickled():
     """Workers receive tasks pickled: every task function is a module-level function."""
     from dask.local import get_sync
@@ -822,6 +847,8 @@ def test_in_process_cluster_results_are_independent():
 def test_sin_chunks_are_computed_where_their_cos_task_did_not_write():
     """A sin chunk is the one its cos task kept in the same process, else (another worker
     process) it is computed there: never an unwritten region."""
+    from dask._task_spec import Task
+
     from arrpos._backends.dask import canvas as _dask_canvas
     from arrpos._backends.dask import graph as _dask
 
@@ -830,12 +857,14 @@ def test_sin_chunks_are_computed_where_their_cos_task_did_not_write():
     opts = dict(layout="half", attention_factor=1.0, axes=None, dtype=np.dtype(np.float32))
     region = (slice(100, 160, None),)
     cos_block = np.zeros((60, ref.shape[1]), np.float32)
-    for enabled in (True, False):
-        canvas = _dask_canvas.new_canvas(ref.shape, np.float32)
-        canvas.enabled = enabled
-        got = _dask._rope_sin_block(cos_block, np.arange(100, 160), inv, opts, canvas, region)
-        np.testing.assert_array_equal(got, ref[100:160])
-        assert (_dask_canvas._owner(got) is canvas) == enabled
+    # positions as they are, or as the task that makes them (run only where computed here)
+    for positions in (np.arange(100, 160), Task(None, np.arange, 100, 160)):
+        for enabled in (True, False):
+            canvas = _dask_canvas.new_canvas(ref.shape, np.float32)
+            canvas.enabled = enabled
+            got = _dask._rope_sin_block(cos_block, positions, inv, opts, canvas, region)
+            np.testing.assert_array_equal(got, ref[100:160])
+            assert (_dask_canvas._owner(got) is canvas) == enabled
 
 
 def test_canvases_off_on_workers_and_for_outputs_too_large(monkeypatch):

@@ -153,6 +153,12 @@ def new_canvas(shape, dtype):
     return _canvas(uuid.uuid4().hex, shape, dtype)
 
 
+def new_canvases(shape, dtype, count):
+    """The canvas task of ``count`` outputs of one ``shape`` and ``dtype``: new canvases on
+    every execution (one task for them all)."""
+    return tuple(new_canvas(shape, dtype) for _ in range(count))
+
+
 def fits(chunks) -> bool:
     """Whether every chunk is one C-contiguous region of the whole (known, non-zero sizes; the
     axes after the last split axis whole, the axes before it in chunks of 1)."""

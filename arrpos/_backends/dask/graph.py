@@ -26,7 +26,7 @@ from dask.array.utils import meta_from_array
 from dask._task_spec import DataNode, Task, TaskRef
 from dask.base import tokenize
 from dask.array.core import PerformanceWarning
-from dask.highlevelgraph import HighLevelGraph
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.layers import ArraySliceDep
 
 from ... import _dispatch
@@ -168,9 +168,12 @@ def _rope_table_block(positions, inv_freq, opts, cos_canvas=None, sin_canvas=Non
 
 def _rope_sin_block(cos_block, positions, inv_freq, opts, sin_canvas, region):
     """A chunk of sin: the one its cos task kept when that ran in this process (always, on
-    the local schedulers), else computed here."""
+    the local schedulers), else computed here (``positions`` may then be the task that makes
+    the chunk, run only here)."""
     sin = sin_canvas.take(region)
     if sin is None:
+        if isinstance(positions, Task):
+            positions = positions()
         positions, inv_freq = _only(positions), _only(inv_freq)
         out = _regions(sin_canvas, region)
         out = None if out is None else (np.empty_like(cos_block), out)
@@ -380,34 +383,63 @@ def _rope_canvas_graph(positions, inv_freq, opts, chunks, meta):
     """cos and sin written into their canvases, their layers built task by task: one cos task
     per chunk makes both tables (keeping sin's for the chunk's sin task). Built here rather
     than by ``blockwise``, whose general machinery (index algebra, argument substitution,
-    two layers to materialise at compute) cost rope_cos_sin twice the sinusoid's graph."""
+    two layers to materialise at compute) cost rope_cos_sin twice the sinusoid's graph.
+
+    The threaded scheduler's cost is per task (a hand-over to a pool thread and back), so the
+    graph has no task it can do without: both canvases come from one task, and a chunk of
+    positions made by a task that reads nothing (``arange``'s) is made inside its cos task
+    (the sin task only runs it where it computes its chunk itself)."""
     token = tokenize("arrpos-rope_cos_sin", positions, inv_freq, opts, chunks)
     cos_name, sin_name = f"arrpos-rope_cos_sin-{token}", f"arrpos-rope-sin-{token}"
-    canvases = [_canvas.canvas_task(chunks, opts["dtype"], f"{i}-{token}") for i in range(2)]
-    cos_ref, sin_ref = (TaskRef(c.key) for c in canvases)
+    pair_key = f"arrpos-canvas-{token}"
+    pair = Task(pair_key, _canvas.new_canvases, tuple(sum(c) for c in chunks),
+                np.dtype(opts["dtype"]), 2)
+    # each task takes its canvases out of the pair itself (no task of their own)
+    cos_canvas, sin_canvas = (Task(None, _item, TaskRef(pair_key), i) for i in range(2))
     inv = TaskRef((inv_freq.name,) + (0,) * inv_freq.ndim)  # one chunk
     opts_node = DataNode(None, opts)
     whole = positions.ndim - (len(chunks) - 1)  # the coordinate axis of ``axes``, whole
     pos_keys = positions.__dask_keys__()
+    roots = _roots(positions)
     starts = [tuple(itertools.accumulate(c, initial=0)) for c in chunks[:-1]]
     cos_layer, sin_layer = {}, {}
+    read_positions = False
     for idx in itertools.product(*(range(len(c)) for c in chunks[:-1])):
-        pos = pos_keys
+        key = pos_keys
         for i in idx + (0,) * whole:
-            pos = pos[i]
-        pos = TaskRef(pos)
+            key = key[i]
+        root = roots.get(key)
+        if root is None:
+            pos = sin_pos = TaskRef(key)
+            read_positions = True
+        else:
+            pos, sin_pos = root, DataNode(None, root)
         region = DataNode(None, tuple(slice(s[i], s[i + 1]) for s, i in zip(starts, idx)))
         c_key, s_key = (cos_name, *idx, 0), (sin_name, *idx, 0)
-        cos_layer[c_key] = Task(c_key, _rope_table_block, pos, inv, opts_node, cos_ref, sin_ref,
-                                region, region)
-        sin_layer[s_key] = Task(s_key, _rope_sin_block, TaskRef(c_key), pos, inv, opts_node,
-                                sin_ref, region)
+        cos_layer[c_key] = Task(c_key, _rope_table_block, pos, inv, opts_node, cos_canvas,
+                                sin_canvas, region, region)
+        sin_layer[s_key] = Task(s_key, _rope_sin_block, TaskRef(c_key), sin_pos, inv,
+                                opts_node, sin_canvas, region)
+    reads = [positions] if read_positions else []
     cos_graph = HighLevelGraph.from_collections(cos_name, cos_layer,
-                                                dependencies=[positions, inv_freq, *canvases])
-    cos = _canvas.CanvasArray(cos_graph, cos_name, chunks, meta=meta)
-    sin_graph = HighLevelGraph.from_collections(
-        sin_name, sin_layer, dependencies=[cos, positions, inv_freq, canvases[1]])
+                                                dependencies=reads + [inv_freq])
+    layers = {**cos_graph.layers, pair_key: MaterializedLayer({pair_key: pair})}
+    needs = {**cos_graph.dependencies, pair_key: set()}
+    needs[cos_name] = needs[cos_name] | {pair_key}
+    cos = _canvas.CanvasArray(HighLevelGraph(layers, needs), cos_name, chunks, meta=meta)
+    sin_graph = HighLevelGraph.from_collections(sin_name, sin_layer,
+                                                dependencies=[cos] + reads + [inv_freq])
     return cos, _canvas.CanvasArray(sin_graph, sin_name, chunks, meta=meta)
+
+
+def _roots(a):
+    """``a``'s chunk tasks that read no other task (``arange``'s), by key, as tasks to run
+    inside another (where its layer is built already: nothing is materialised to find out)."""
+    layer = a.dask.layers.get(a.name)
+    if layer is None or not layer.is_materialized():
+        return {}
+    return {k: Task(None, t.func, *t.args, _data_producer=t.data_producer, **t.kwargs)
+            for k, t in layer.items() if type(t) is Task and not t.dependencies}
 
 
 def apply_rope(x, cos, sin, *, layout, inverse, xp, out=None):
