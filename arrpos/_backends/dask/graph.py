@@ -26,7 +26,7 @@ from dask.array.utils import meta_from_array
 from dask._task_spec import DataNode, Task, TaskRef
 from dask.base import tokenize
 from dask.array.core import PerformanceWarning
-from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from dask.highlevelgraph import HighLevelGraph
 from dask.layers import ArraySliceDep
 
 from ... import _dispatch
@@ -388,7 +388,9 @@ def _rope_canvas_graph(positions, inv_freq, opts, chunks, meta):
     The threaded scheduler's cost is per task (a hand-over to a pool thread and back), so the
     graph has no task it can do without: both canvases come from one task, and a chunk of
     positions made by a task that reads nothing (``arange``'s) is made inside its cos task
-    (the sin task only runs it where it computes its chunk itself)."""
+    (the sin task only runs it where it computes its chunk itself). Every layer costs at
+    compute too (Dask culls the graph layer by layer), so the canvases' task sits in cos's
+    layer and ``inv_freq`` held as data in the graph goes into the tasks as it is."""
     token = tokenize("arrpos-rope_cos_sin", positions, inv_freq, opts, chunks)
     cos_name, sin_name = f"arrpos-rope_cos_sin-{token}", f"arrpos-rope-sin-{token}"
     pair_key = f"arrpos-canvas-{token}"
@@ -396,7 +398,7 @@ def _rope_canvas_graph(positions, inv_freq, opts, chunks, meta):
                 np.dtype(opts["dtype"]), 2)
     # each task takes its canvases out of the pair itself (no task of their own)
     cos_canvas, sin_canvas = (Task(None, _item, TaskRef(pair_key), i) for i in range(2))
-    inv = TaskRef((inv_freq.name,) + (0,) * inv_freq.ndim)  # one chunk
+    inv = _data(inv_freq, (inv_freq.name,) + (0,) * inv_freq.ndim)  # one chunk
     opts_node = DataNode(None, opts)
     whole = positions.ndim - (len(chunks) - 1)  # the coordinate axis of ``axes``, whole
     pos_keys = positions.__dask_keys__()
@@ -420,16 +422,26 @@ def _rope_canvas_graph(positions, inv_freq, opts, chunks, meta):
                                 sin_canvas, region, region)
         sin_layer[s_key] = Task(s_key, _rope_sin_block, TaskRef(c_key), sin_pos, inv,
                                 opts_node, sin_canvas, region)
-    reads = [positions] if read_positions else []
-    cos_graph = HighLevelGraph.from_collections(cos_name, cos_layer,
-                                                dependencies=reads + [inv_freq])
-    layers = {**cos_graph.layers, pair_key: MaterializedLayer({pair_key: pair})}
-    needs = {**cos_graph.dependencies, pair_key: set()}
-    needs[cos_name] = needs[cos_name] | {pair_key}
-    cos = _canvas.CanvasArray(HighLevelGraph(layers, needs), cos_name, chunks, meta=meta)
-    sin_graph = HighLevelGraph.from_collections(sin_name, sin_layer,
-                                                dependencies=[cos] + reads + [inv_freq])
+    reads = [a for a, read in ((positions, read_positions), (inv_freq, isinstance(inv, TaskRef)))
+             if read]
+    cos_layer[pair_key] = pair
+    cos = _canvas.CanvasArray(HighLevelGraph.from_collections(cos_name, cos_layer, reads),
+                              cos_name, chunks, meta=meta)
+    sin_graph = HighLevelGraph.from_collections(sin_name, sin_layer, [cos] + reads)
     return cos, _canvas.CanvasArray(sin_graph, sin_name, chunks, meta=meta)
+
+
+def _data(a, key):
+    """A reference to chunk ``key`` of ``a``, or the chunk itself where the graph holds it as
+    data (``from_array``'s small arrays)."""
+    layer = a.dask.layers.get(a.name)
+    if layer is not None and layer.is_materialized():
+        value = layer.get(key)
+        if isinstance(value, DataNode):
+            value = value.value
+        if isinstance(value, np.ndarray):
+            return DataNode(None, value)
+    return TaskRef(key)
 
 
 def _roots(a):
