@@ -12,7 +12,8 @@ instantiation for those types. The C++ side checks every shape, stride and overl
 writes; what it cannot serve raises ``Unsupported`` (the dispatcher then runs the generic path).
 """
 cimport numpy as cnp
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
+                          uint64_t)
 
 from . import Unsupported
 
@@ -784,3 +785,112 @@ def resample_into(cnp.ndarray x, object hidx, object hw, object widx, object ww,
             resample[f16](job, nthreads)
         else:
             resample[bf16](job, nthreads)
+
+
+# ---- clip_shift (clip.hpp) -------------------------------------------------------------------
+
+cdef extern from "clip.hpp" namespace "arrpos::fam":
+    cdef struct ClipJob:
+        const char *x
+        char *out
+        Py_ssize_t rows, cols, rs, cs
+        int64_t lo, hi, shift
+        bint stream
+    void clip_shift[I, O](ClipJob job, int nthreads) noexcept nogil
+
+
+cdef bint _run_clip(bint signed, Py_ssize_t item, bint wide, ClipJob job,
+                    int nthreads) noexcept nogil:
+    """The instantiation for the input (signed or not, ``item`` bytes) and the output (int64
+    when ``wide``, else the input's own signed type); False where there is none."""
+    if signed:
+        if item == 8:
+            clip_shift[int64_t, int64_t](job, nthreads)
+        elif item == 4:
+            if wide:
+                clip_shift[int32_t, int64_t](job, nthreads)
+            else:
+                clip_shift[int32_t, int32_t](job, nthreads)
+        elif item == 2:
+            if wide:
+                clip_shift[int16_t, int64_t](job, nthreads)
+            else:
+                clip_shift[int16_t, int16_t](job, nthreads)
+        elif item == 1:
+            if wide:
+                clip_shift[int8_t, int64_t](job, nthreads)
+            else:
+                clip_shift[int8_t, int8_t](job, nthreads)
+        else:
+            return False
+        return True
+    if not wide:
+        return False
+    if item == 8:
+        clip_shift[uint64_t, int64_t](job, nthreads)
+    elif item == 4:
+        clip_shift[uint32_t, int64_t](job, nthreads)
+    elif item == 2:
+        clip_shift[uint16_t, int64_t](job, nthreads)
+    elif item == 1:
+        clip_shift[uint8_t, int64_t](job, nthreads)
+    else:
+        return False
+    return True
+
+
+def clip_shift_into(cnp.ndarray x, cnp.ndarray out, int64_t lo, int64_t hi, int64_t shift,
+                    int nthreads=1, bint stream=False):
+    """``out = clip(x, lo, hi) + shift`` in exact integer arithmetic: ``x`` of any integer type
+    and shape whose leading axes collapse into one (any element strides), ``out`` C-contiguous
+    of x's size and a signed type, int64 or x's own; ``lo <= hi`` and ``lo + shift``,
+    ``hi + shift`` within out's type. Anything else: ``Unsupported``, nothing written."""
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(x), oitem = cnp.PyArray_ITEMSIZE(out)
+    cdef bint wide = oitem == 8
+    if not cnp.PyArray_ISINTEGER(x) or not cnp.PyArray_ISSIGNED(out) \
+            or not cnp.PyArray_ISNOTSWAPPED(x) or not cnp.PyArray_ISNOTSWAPPED(out) \
+            or not cnp.PyArray_ISALIGNED(x) or not cnp.PyArray_IS_C_CONTIGUOUS(out) \
+            or not cnp.PyArray_ISWRITEABLE(out) or nthreads < 1 or lo > hi \
+            or cnp.PyArray_SIZE(out) != cnp.PyArray_SIZE(x) \
+            or (not wide and (oitem != item or not cnp.PyArray_ISSIGNED(x))):
+        raise Unsupported("clip_shift: arrays the kernel does not serve")
+    top = (<object>1 << (8 * oitem - 1)) - 1  # (Python ints: the sums cannot overflow here)
+    if <object>lo + <object>shift < -top - 1 or <object>hi + <object>shift > top:
+        raise Unsupported("clip_shift: shifted bounds outside the output's type")
+    if cnp.PyArray_SIZE(x) == 0:
+        return
+    if bounds_meeting(out, (x,)):
+        raise Unsupported("clip_shift: the output meets the input")
+    # (rows, cols) at element strides: the last axis longer than 1, and the ones before it
+    # collapsed into one
+    cdef int ndim = cnp.PyArray_NDIM(x), k
+    cdef const Py_ssize_t *shape = <const Py_ssize_t *>cnp.PyArray_DIMS(x)
+    cdef const Py_ssize_t *strides = <const Py_ssize_t *>cnp.PyArray_STRIDES(x)
+    cdef Py_ssize_t rows = 1, cols = 1, rs = 0, cs = item
+    if cnp.PyArray_IS_C_CONTIGUOUS(x):
+        cols = cnp.PyArray_SIZE(x)
+    else:
+        for k in range(ndim - 1, -1, -1):
+            if shape[k] == 1:
+                continue
+            if cols == 1:
+                cols, cs = shape[k], strides[k]
+            elif rows == 1:
+                rows, rs = shape[k], strides[k]
+            elif strides[k] == rs * rows:
+                rows *= shape[k]
+            else:
+                raise Unsupported("clip_shift: leading axes that do not collapse into one")
+    if rs % item or cs % item:
+        raise Unsupported("clip_shift: strides not whole elements")
+    cdef ClipJob job
+    job.x = <const char *>cnp.PyArray_DATA(x)
+    job.out = <char *>cnp.PyArray_DATA(out)
+    job.rows, job.cols, job.rs, job.cs = rows, cols, rs // item, cs // item
+    job.lo, job.hi, job.shift, job.stream = lo, hi, shift, stream
+    cdef bint signed = cnp.PyArray_ISSIGNED(x)
+    cdef bint ok
+    with nogil:
+        ok = _run_clip(signed, item, wide, job, nthreads)
+    if not ok:
+        raise Unsupported("clip_shift: an integer type the kernel does not have")

@@ -74,3 +74,7 @@ def relative_gather(
     table_t: _Array, index: _Array, out: _Array, nthreads: int = ..., stream: bool = ...,
     rows: int = ...,
 ) -> None: ...
+def clip_shift_into(
+    x: _Array, out: _Array, lo: int, hi: int, shift: int, nthreads: int = ...,
+    stream: bool = ...,
+) -> None: ...

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._exact import PI, decimal_pieces
 from .._lib import (
+    clip_shift as _clip_shift,
     device_of,
     float_bits,
     from_host,
@@ -721,3 +722,17 @@ def resample_grid(grid, prefix, *, taps, dtype, xp):
 
 
 __all__ += ["apply_taps", "resample_grid", "work_dtype"]
+
+
+# ---- clip_shift: Shaw's index, the bucket tables' index --------------------------------------
+
+def clip_shift(x, *, lo, hi, shift, dtype, xp):
+    """``clip(x, lo, hi) + shift`` of an integer ``x`` in the integer ``dtype``: x's own, or
+    the index dtype, to which x is widened first (exactly: the caller refuses the unsigned
+    values that do not fit); the shifted bounds fit ``dtype``."""
+    if x.dtype != dtype:
+        x = xp.astype(x, dtype)
+    return _clip_shift(xp, x, lo, hi, shift)
+
+
+__all__ += ["clip_shift"]

@@ -25,9 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["DRIVERS", "FLOATS", "OPS", "Op", "cuda_kernels", "served_by"]
+__all__ = ["DRIVERS", "FLOATS", "INTEGERS", "OPS", "Op", "cuda_kernels", "served_by"]
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")  # the element types of the kernels
+# the integer ops' inputs (their outputs: signed, the input's own type or int64)
+INTEGERS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _WIDE = ("float32", "float64")
 # drivers: host (compiled CPU kernels, csrc/), cuda (kernels.cu through CuPy), dask (graphs
 # whose tasks dispatch per chunk: whatever each chunk's front-end takes, so no dtypes here)
@@ -41,14 +43,15 @@ class Op:
 
     __slots__ = ("name", "args", "arrays", "outputs", "rotated", "tables", "ids", "dtypes",
                  "dtype_option", "kernel", "offsets", "guarded_by", "validated_by", "owns",
-                 "rotated_at", "tables_at", "outputs_at", "ids_at", "_array_at")
+                 "integer", "rotated_at", "tables_at", "outputs_at", "ids_at", "_array_at")
 
     def __init__(self, name: str, args: tuple[str, ...], *, arrays: tuple[str, ...] = (),
                  outputs: tuple[tuple[str, str | None], ...] = (),
                  rotated: tuple[str, ...] = (), tables: tuple[str, ...] = (),
                  ids: str | None = None, dtypes: Mapping[str, tuple[str, ...] | None] = {},
                  kernel: str | None = None, offsets: bool = False,
-                 guarded_by: tuple[str, ...] = (), validated_by: tuple[str, ...] = ()):
+                 guarded_by: tuple[str, ...] = (), validated_by: tuple[str, ...] = (),
+                 integer: bool = False):
         self.name, self.args, self.arrays = name, args, arrays
         # (output slot, index in args of the input it may be in place of, or None)
         self.outputs = tuple((o, None if own is None else args.index(own)) for o, own in outputs)
@@ -65,6 +68,8 @@ class Op:
         self.guarded_by = frozenset(guarded_by)
         # drivers whose kernels check the ids' values themselves (ValueError naming them)
         self.validated_by = frozenset(validated_by)
+        # integer arithmetic: its arrays and its ``dtype`` option are integers, of any type
+        self.integer = integer
         at = {slot: k for k, slot in enumerate(arrays)}
         self.rotated_at = tuple(at[s] for s in rotated)
         self.tables_at = tuple(at[s] for s in tables)
@@ -90,7 +95,11 @@ class Op:
         rotated arrays with a code each, its tables of one dtype with a code (the rotated
         array's dtype unless the driver converts ``tables_converted``), each output of its
         input's dtype, ids integer. ``code(dtype)`` is the driver's code of a front-end dtype,
-        None for none."""
+        None for none. An integer op's arrays and ``dtype`` option: integers (``integer``)."""
+        if self.integer:
+            dtype = options.get("dtype")
+            return dtype is not None and integer(dtype) and all(
+                a is None or integer(a.dtype) for a in arrays)
         if self.dtype_option:
             dtype = options.get("dtype")
             return dtype is not None and code(dtype) is not None
@@ -150,6 +159,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
     # resample's separable taps: grid (..., *old, C), taps per grid axis built on the host;
     # prefix rows (..., P, C) or None lead the result (..., P + prod(new), C)
     Op("resample_grid", ("grid", "prefix"), arrays=("grid", "prefix"), dtypes={"host": FLOATS}),
+    # clip(x, lo, hi) + shift of an integer x in the integer ``dtype`` (Shaw's index, the
+    # bucket tables' index); the shifted bounds fit ``dtype``
+    Op("clip_shift", ("x",), arrays=("x",), dtypes={"host": INTEGERS}, integer=True),
     # the generic code's alone (no driver has them); listed for their slots
     Op("rope_cos_sin_mixed", ("positions", "inv_freq"), arrays=("positions", "inv_freq"),
        outputs=(("cos", None), ("sin", None))),

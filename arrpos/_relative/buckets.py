@@ -20,13 +20,13 @@ import math
 
 import numpy as np
 
+from .. import _dispatch
 from .._lib import (
     array_namespace,
     as_index,
     check_array,
     check_bool,
     check_positive_int,
-    clip_shift,
     device_of,
     index_dtype,
     largest_magnitude,
@@ -211,7 +211,9 @@ def t5_bucket(relative: Array, /, *, bidirectional: bool = True, num_buckets: in
     -----
     The logarithmic buckets follow the reference's float32 arithmetic exactly (see the module
     notes); no ``log(0)`` is evaluated, so there is no warning and no NaN.
-    Backend support: generic Array API code on every namespace (jit-safe).
+    Backend support: generic Array API code on every namespace (jit-safe); the dispatcher
+    routes the table index's clip-and-shift of NumPy arrays and torch CPU tensors to a
+    compiled pass (the same integers).
 
     Examples
     --------
@@ -243,10 +245,8 @@ def t5_bucket(relative: Array, /, *, bidirectional: bool = True, num_buckets: in
     # abs cannot overflow at the dtype's minimum
     dtype = bucket_dtype(xp, relative.dtype, wide, num_buckets - 1)
     if top <= LUT_MAX:  # every distance a row of one small table
-        src = relative if _holds_index(xp, relative.dtype, 2 * top) else as_index(
-            xp, relative, "relative")
         return _lookup(xp, _t5_table(bidirectional, nb, max_exact, max_distance, top),
-                       clip_shift(xp, src, -top, top, top), dtype)
+                       _table_index(xp, relative, wide, top, top), dtype)
     rel = as_index(xp, relative, "relative")  # no abs overflow, no unsigned wrap-around
     rel = xp.clip(rel, min=-top, max=top)
     out = _t5_rule(xp, rel, bidirectional, nb, max_exact, max_distance, top)
@@ -280,6 +280,17 @@ def _t5_table(bidirectional, nb, max_exact, max_distance, top):
     xp = namespace_for(np)
     return _read_only(np.asarray(_t5_rule(xp, rel, bidirectional, nb, max_exact, max_distance,
                                           top), dtype=np.int64))
+
+
+def _table_index(xp, relative, wide, c, most):
+    """``clip(relative, -c, c) + c``, a table index: in relative's dtype where it holds
+    ``most`` (``_holds_index``), else in the index dtype, into which every value is taken
+    exactly (uint64 from 2**63 refused on eager arrays: no unsigned wrap-around)."""
+    dtype = relative.dtype if _holds_index(xp, relative.dtype, most) else wide
+    if dtype != relative.dtype and xp.iinfo(relative.dtype).max > xp.iinfo(wide).max:
+        relative = as_index(xp, relative, "relative")
+    return _dispatch.call("clip_shift", xp, relative, arrays=(relative,), lo=-c, hi=c,
+                          shift=c, dtype=dtype)
 
 
 def _lookup(xp, table, index, dtype):
@@ -329,7 +340,9 @@ def deberta_bucket(relative: Array, /, *, bucket_size: int = 256, max_position: 
     ``bucket_size`` (2 and 3 included: every distance past ``bucket_size // 2`` has the bucket
     ``bucket_size // 2``) and every distance up to ``2**63 - 1``; ``-2**63`` (whose absolute
     value transformers wraps) has the bucket of ``-(2**63 - 1)``.
-    Backend support: generic Array API code on every namespace (jit-safe).
+    Backend support: generic Array API code on every namespace (jit-safe); the dispatcher
+    routes the table index's clip-and-shift of NumPy arrays and torch CPU tensors to a
+    compiled pass (the same integers).
 
     Examples
     --------
@@ -358,18 +371,14 @@ def deberta_bucket(relative: Array, /, *, bucket_size: int = 256, max_position: 
             "above bucket_size // 2"
         )
     dtype = bucket_dtype(xp, relative.dtype, wide, largest)
-    # the table lookup's index in the input's dtype where it holds it, else widened: no
-    # negation overflow, no unsigned wrap-around
-    rel = relative if _holds_index(xp, relative.dtype, 4 * LUT_MAX) else as_index(
-        xp, relative, "relative")
     # the table covers the distances present (eager arrays: read once), in powers of two
-    big = top if top <= LUT_MAX else largest_magnitude(xp, rel, "relative")
+    big = top if top <= LUT_MAX else largest_magnitude(xp, relative, "relative")
     if big is not None and min(big, top) <= LUT_MAX:
         c = min(top, 1 << max(int(min(big, top)), 1).bit_length())
         # past c: only the index dtype's minimum, clipped to the same bucket
-        index = clip_shift(xp, rel, -c, c, c) if big > c else rel + c
-        return _lookup(xp, _deberta_table(bucket_size, max_position, top, c), index, dtype)
-    rel = as_index(xp, rel, "relative")
+        return _lookup(xp, _deberta_table(bucket_size, max_position, top, c),
+                       _table_index(xp, relative, wide, c, 4 * LUT_MAX), dtype)
+    rel = as_index(xp, relative, "relative")
     out = _deberta_rule(xp, xp.clip(rel, min=-top, max=top), bucket_size, max_position, top)
     return out if dtype == out.dtype else xp.astype(out, dtype)
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 import numpy as np
 
+from .. import _dispatch
 from .._lib import (
     array_namespace,
     as_index,
@@ -17,7 +18,6 @@ from .._lib import (
     check_positive_int,
     check_shape,
     check_size,
-    clip_shift,
     default_float,
     device_of,
     from_host,
@@ -275,7 +275,9 @@ def shaw_index(relative: Array, /, *, max_distance: int) -> Array:
 
     Notes
     -----
-    Backend support: generic Array API code on every namespace.
+    Backend support: generic Array API code on every namespace; the dispatcher routes NumPy
+    arrays and torch CPU tensors to a compiled clip-and-shift (one pass over ``relative``,
+    every integer dtype, the same integers; the result C-contiguous).
 
     Examples
     --------
@@ -288,11 +290,13 @@ def shaw_index(relative: Array, /, *, max_distance: int) -> Array:
     wide = index_dtype(xp, device_of(relative))
     k = check_positive_int(max_distance, "max_distance", minimum=0,
                            maximum=int(xp.iinfo(wide).max) // 2)
+    # relative's dtype when it is signed and holds 2K (then -K fits too), else the index
+    # dtype, into which every value is taken exactly: no unsigned wrap-around
     dtype = bucket_dtype(xp, relative.dtype, wide, 2 * k)
-    if dtype == relative.dtype:  # signed and holds 2K: -K and every index fit, no widening
-        return clip_shift(xp, relative, -k, k, k)
-    rel = as_index(xp, relative, "relative")  # clip bounds and 2K fit; no unsigned wrap
-    out = clip_shift(xp, rel, -k, k, k)
-    return out if out.dtype == dtype else xp.astype(out, dtype)
+    rel = relative
+    if dtype != rel.dtype and xp.iinfo(rel.dtype).max > xp.iinfo(wide).max:
+        rel = as_index(xp, rel, "relative")  # uint64 from 2**63: refused (eager arrays)
+    return _dispatch.call("clip_shift", xp, rel, arrays=(rel,), lo=-k, hi=k, shift=k,
+                          dtype=dtype)
 
 

@@ -28,8 +28,8 @@ from .. import Unsupported, _cpu, _xp, memory, one_thread_wanted
 
 __all__ = ["ALIBI_MODES", "APPLY_TYPES", "BF16", "BLOCK_MIN_BYTES", "F16", "F32", "F64",
            "PARALLEL_MIN_BYTES", "alibi_bias_into", "alibi_mask_into", "alibi_positions_into",
-           "block_bytes", "conv_into", "relative_gather_into", "resample_into",
-           "resample_shape",
+           "block_bytes", "clip_shift_into", "conv_into", "relative_gather_into",
+           "resample_into", "resample_shape",
            "STREAM_MIN_BYTES", "TABLE_CACHE_BYTES", "bind_cached", "block_rows", "cache_clear",
            "check_ids", "code_of", "empty", "empty_bytes", "have_threads", "instruction_set",
            "max_threads", "numpy_dtype", "qk_outputs_apart", "rope_table_into", "rotate",
@@ -466,6 +466,14 @@ def resample_into(grid, prefix, taps, out, code: int) -> None:
                        planes[:, p:, :].reshape(-1, ho, wo, c), code, nthreads)
     if p:
         np.copyto(planes[:, :p, :], prefix.reshape(-1, p, c))
+
+
+def clip_shift_into(x, out, lo: int, hi: int, shift: int) -> None:
+    """``out = clip(x, lo, hi) + shift``: ``x`` any integer NumPy array (``Unsupported`` for
+    leading axes whose strides do not collapse into one), ``out`` C-contiguous of x's shape,
+    signed (x's own type or int64), holding ``lo + shift`` and ``hi + shift``."""
+    nthreads, stream = threads_and_stores(out.nbytes)
+    _cpu.clip_shift_into(x, out, lo, hi, shift, nthreads, stream)
 
 
 memory.use_bounds(_cpu.bounds_meeting)

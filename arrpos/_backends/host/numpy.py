@@ -18,8 +18,8 @@ from . import driver
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
-           "bind", "cache_clear", "conv_positional", "relative_bias", "resample_grid",
-           "rope_cos_sin", "sinusoid_table", "supports"]
+           "bind", "cache_clear", "clip_shift", "conv_positional", "relative_bias",
+           "resample_grid", "rope_cos_sin", "sinusoid_table", "supports"]
 
 DRIVER = "host"
 # ``supports`` reads types, dtypes and options only (shapes and strides are the kernels' late
@@ -34,7 +34,13 @@ _RESAMPLE_BLOCK_BYTES = 1 << 20
 
 
 def _integer(dtype) -> bool:
-    return dtype.kind in "iu"
+    kind = getattr(dtype, "kind", None)
+    if kind is None:  # a scalar type (the namespace's ``int64``), not a dtype
+        try:
+            kind = np.dtype(dtype).kind
+        except TypeError:
+            return False
+    return kind in "iu"
 
 
 def _arrays_ok(arrays) -> bool:
@@ -206,6 +212,13 @@ def relative_bias(table, index, *, dtype, xp):
     """Twin of ``_xp.relative_bias``: ``(heads,) + index.shape``, C-contiguous."""
     out = driver.empty((table.shape[1],) + index.shape, table.dtype)
     driver.relative_gather_into(table, index, out)
+    return out
+
+
+def clip_shift(x, *, lo, hi, shift, dtype, xp):
+    """Twin of ``_xp.clip_shift``: x's shape, C-contiguous, one pass over x."""
+    out = driver.empty(x.shape, np.dtype(dtype))
+    driver.clip_shift_into(x, out, lo, hi, shift)
     return out
 
 

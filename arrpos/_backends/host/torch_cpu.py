@@ -31,8 +31,8 @@ except (ImportError, AttributeError):  # a torch without torch.library.custom_op
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
-           "bind", "cache_clear", "conv_positional", "relative_bias", "resample_grid",
-           "rope_cos_sin", "sinusoid_table", "supports"]
+           "bind", "cache_clear", "clip_shift", "conv_positional", "relative_bias",
+           "resample_grid", "rope_cos_sin", "sinusoid_table", "supports"]
 
 DRIVER = "host"
 # ``supports`` reads each call's autograd state and trace: nothing holds for a signature
@@ -291,6 +291,12 @@ def relative_bias(table, index, *, dtype, xp):
     out = _empty((table.shape[1],) + tuple(index.shape), table.dtype)
     ids = index.numpy() if index.dtype == torch.int32 else _ids(index)  # (the kernel's two)
     driver.relative_gather_into(_np(table), ids, _np(out))
+    return out
+
+
+def clip_shift(x, *, lo, hi, shift, dtype, xp):
+    out = _empty(tuple(x.shape), dtype)
+    driver.clip_shift_into(np.from_dlpack(x), np.from_dlpack(out), lo, hi, shift)
     return out
 
 
