@@ -31,17 +31,21 @@
 // past a tile) with its sums bit for bit and its exact GELU and tanh within 8 ulps of the
 // working type (tests/test_conv_kernels.py's bound); resample (taps along either axis or
 // both, one to nine a side, strided input) equal to its float64 sums rounded once; every
-// storage type, ragged shapes, misaligned outputs, one and two threads, streamed.
+// storage type, ragged shapes, misaligned outputs, one and two threads, streamed. clip_shift
+// (clip.hpp: every integer input into its own signed type or int64, strided and reversed
+// inputs, bounds up to half of int64 and past the input's range) equal to the exact integers.
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "clip.hpp"
 #include "families.hpp"
 #include "kernels.hpp"
 #include "memory.hpp"
@@ -1397,6 +1401,126 @@ void resample_suite(Rng &rng)
         }
 }
 
+// ---- clip_shift: clip(x, lo, hi) + shift, exact integers ---------------------------------
+//
+// The definition (arrpos/_backends/_xp.py clip_shift: the input widened exactly, clipped,
+// shifted): here each value compared as an exact integer (unsigned 64-bit values past
+// INT64_MAX above every bound), the sum in int64 (it fits the output by the caller's check).
+template <class I>
+int64_t clip_ref(I v, int64_t lo, int64_t hi, int64_t shift)
+{
+    int64_t c;
+    if (!std::is_signed<I>::value && (uint64_t)v > (uint64_t)INT64_MAX)
+        c = hi;
+    else
+        c = (int64_t)v < lo ? lo : ((int64_t)v > hi ? hi : (int64_t)v);
+    return c + shift;
+}
+
+template <class I, class O>
+void check_clip(Rng &rng, ptrdiff_t rows, ptrdiff_t cols, ptrdiff_t cs_pad, bool reversed,
+                int64_t lo, int64_t hi, int64_t shift)
+{
+    // x: rows at stride rs, elements at stride cs (cs_pad + 1), reversed: both negative
+    const ptrdiff_t cs = cs_pad + 1, rs = cols * cs + 3, nx = rows * rs + 8;
+    std::vector<I> x((size_t)nx);
+    const I edges[] = {std::numeric_limits<I>::min(), std::numeric_limits<I>::max(), (I)0,
+                       (I)1, (I)(std::numeric_limits<I>::min() + 1),
+                       (I)(std::numeric_limits<I>::max() - 1)};
+    for (auto &v : x) {
+        const uint64_t r = rng.next();
+        v = r % 7 == 0 ? edges[(r >> 8) % 6] : (r % 3 == 0 ? (I)(int64_t)((r >> 8) % 81 - 40)
+                                                            : (I)(r >> 3));
+    }
+    const ptrdiff_t n = rows * cols;
+    const I *base = x.data() + (reversed ? (rows - 1) * rs + (cols - 1) * cs : 0);
+    const ptrdiff_t rstep = reversed ? -rs : rs, cstep = reversed ? -cs : cs;
+    std::vector<O> want((size_t)n);
+    for (ptrdiff_t r = 0; r < rows; r++)
+        for (ptrdiff_t c = 0; c < cols; c++)
+            want[(size_t)(r * cols + c)] = (O)clip_ref<I>(base[r * rstep + c * cstep], lo, hi,
+                                                          shift);
+    const std::string name = std::string("clip_shift ") + std::to_string(sizeof(I) * 8)
+                             + (std::is_signed<I>::value ? "-bit signed" : "-bit unsigned")
+                             + " -> " + std::to_string(sizeof(O) * 8) + "-bit (" +
+                             std::to_string(rows) + ", " + std::to_string(cols) + ") stride "
+                             + std::to_string(cstep) + " [" + std::to_string(lo) + ", "
+                             + std::to_string(hi) + "] + " + std::to_string(shift);
+    for (int level : levels()) {
+        set_simd_level(level);
+        for (const FamVariant &v : kFamVariants) {
+            Buf out((size_t)n * sizeof(O), v.off * sizeof(O));
+            std::memset(out.p, 0x5a, (size_t)n * sizeof(O));
+            fam::ClipJob job{};
+            job.x = (const char *)base;
+            job.out = out.p;
+            job.rows = rows;
+            job.cols = cols;
+            job.rs = rstep;
+            job.cs = cstep;
+            job.lo = lo;
+            job.hi = hi;
+            job.shift = shift;
+            job.stream = v.stream;
+            fam::clip_shift<I, O>(job, v.threads);
+            // (the reference's integers: every level and variant equal to them, hence to
+            // each other)
+            g_checked++;
+            for (ptrdiff_t i = 0; i < n; i++) {
+                O got;
+                std::memcpy(&got, out.p + i * (ptrdiff_t)sizeof(O), sizeof(O));
+                if (got != want[(size_t)i]) {
+                    if (g_failures < 30)
+                        std::printf("DIFF %s: element %td: %lld, reference %lld\n",
+                                    (name + variant_name(level, v)).c_str(), i, (long long)got,
+                                    (long long)want[(size_t)i]);
+                    g_failures++;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+template <class I, class O>
+void clip_cases(Rng &rng, bool quick)
+{
+    const int64_t omax = (int64_t)std::numeric_limits<O>::max();
+    // (rows, cols, cs_pad, reversed): one element, a ragged row, strided, several chunks
+    const ptrdiff_t shapes[][4] = {{1, 1, 0, 0}, {3, 37, 0, 0}, {5, 19, 2, 1}, {1, 1000, 1, 0},
+                                   {300, 301, 0, 0}, {97, 211, 1, 1}};
+    const int64_t ks[] = {0, 1, 3, 100, 40000, (int64_t)1 << 31, INT64_MAX / 2};
+    for (const auto &s : shapes) {
+        if (quick && s[0] * s[1] > 20000)
+            continue;
+        for (int64_t k : ks)
+            if (2 * k <= omax)
+                check_clip<I, O>(rng, s[0], s[1], s[2], s[3] != 0, -k, k, k);
+        if (omax == INT64_MAX) {  // bounds past I's range: every value the same bound
+            check_clip<I, O>(rng, s[0], s[1], s[2], s[3] != 0, (int64_t)1 << 40,
+                             ((int64_t)1 << 40) + 5, -((int64_t)1 << 40));
+            check_clip<I, O>(rng, s[0], s[1], s[2], s[3] != 0, -((int64_t)1 << 40) - 5,
+                             -((int64_t)1 << 40), (int64_t)1 << 40);
+            check_clip<I, O>(rng, s[0], s[1], s[2], s[3] != 0, -100, 300, 7);
+        }
+    }
+}
+
+void clip_suite(Rng &rng, bool quick)
+{
+    clip_cases<int8_t, int8_t>(rng, quick);
+    clip_cases<int16_t, int16_t>(rng, quick);
+    clip_cases<int32_t, int32_t>(rng, quick);
+    clip_cases<int64_t, int64_t>(rng, quick);
+    clip_cases<int8_t, int64_t>(rng, quick);
+    clip_cases<int16_t, int64_t>(rng, quick);
+    clip_cases<int32_t, int64_t>(rng, quick);
+    clip_cases<uint8_t, int64_t>(rng, quick);
+    clip_cases<uint16_t, int64_t>(rng, quick);
+    clip_cases<uint32_t, int64_t>(rng, quick);
+    clip_cases<uint64_t, int64_t>(rng, quick);
+}
+
 }  // namespace
 
 int main(int argc, char **argv)
@@ -1462,6 +1586,7 @@ int main(int argc, char **argv)
     gather_suite(rng, quick);
     conv_suite(rng, quick);
     resample_suite(rng);
+    clip_suite(rng, quick);
     blocks_trim();
     Block blk = block_alloc(3 << 20);  // (memory.hpp builds and runs on this platform)
     if (!blk.ptr || blk.size < (3u << 20)) {
