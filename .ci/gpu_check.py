@@ -12,7 +12,8 @@ Subcommands (``python .ci/gpu_check.py NAME --help``):
     frequency set wider than one parameter block and a wide-short ALiBi launch split across
     blocks, ALiBi of integer and real positions and of a mask, the relative-bias gather from
     strided tables with clamped ids, the depthwise convolution (1-D, 2-D, even kernels) with
-    each activation. Each result is compared with the generic code in float64
+    each activation, the separable resampling (up with a class token, an antialiased shrink
+    over several parameter blocks, reversed strides). Each result is compared with the generic code in float64
     on the host, so a launch that "passes" the sanitizer by doing nothing fails here. It
     exits non-zero when a case fails or a name expression was not launched. The same cases
     run without a GPU against tests/cuda_emulation.py (tests/test_gpu_script.py), so their
@@ -242,6 +243,9 @@ class Cuda:
     def conv_positional(self, x, weight, bias, out, *, activation, residual, storage):
         return self.driver.conv_positional(x, weight, bias, out, activation, residual, storage)
 
+    def resample_grid(self, grid, prefix, taps, out, *, storage):
+        return self.driver.resample_grid(grid, prefix, taps, out, storage)
+
 
 @functools.lru_cache(maxsize=None)
 def cuda() -> Cuda:
@@ -461,6 +465,42 @@ def _conv(dev, *, dtype, activation, kernel):
     check_close(dev.get(got, dtype), exact, dtype, "conv_positional")
 
 
+def _resample(dev, *, dtype, form):
+    """Separable resampling: a class token and bicubic upsampling, an antialiased shrink
+    (taps in several by-value blocks: several launches), a grid read through reversed
+    strides. Bit for bit the generic code's in the storage type (NumPy has no bfloat16:
+    within its rounding there)."""
+    from arrpos import _taps
+    from arrpos._backends import _xp
+
+    rng = np.random.default_rng(_seed("resample", dtype, form))
+    single = dtype != "float64"
+    if form == "up":
+        table, t64 = dev.put(rng.uniform(-3, 3, (2, 1 + 14 * 14, 64)), dtype)
+        grid, g64 = table[:, 1:].reshape(2, 14, 14, 64), t64[:, 1:].reshape(2, 14, 14, 64)
+        prefix, p64 = table[:, :1], t64[:, :1]
+        sizes, method, antialias = ((14, 32), (14, 24)), "cubic", False
+    elif form == "down":
+        grid, g64 = dev.put(rng.uniform(-3, 3, (1, 64, 48, 40)), dtype)
+        prefix = p64 = None
+        sizes, method, antialias = ((64, 9), (48, 7)), "cubic", True
+    else:
+        grid, g64 = dev.put(rng.uniform(-3, 3, (3, 12, 10, 16)), dtype)
+        grid, g64 = grid[:, ::-1, :, ::-1], g64[:, ::-1, :, ::-1]
+        prefix = p64 = None
+        sizes, method, antialias = ((12, 5), (10, 10)), "linear", True
+    taps = tuple(None if a == b else _taps.host_taps(a, b, method, antialias, single, False)
+                 for a, b in sizes)
+    got = dev.get(cuda().resample_grid(grid, prefix, taps, None, storage=dtype), dtype)
+    exact = _xp.resample_grid(g64, p64, taps=taps, dtype=np.float64, xp=_npx())
+    check_close(got, exact, dtype, f"resample_grid {form}")
+    if dtype != "bfloat16":
+        want = _xp.resample_grid(g64.astype(dtype), None if p64 is None else p64.astype(dtype),
+                                 taps=taps, dtype=np.dtype(dtype), xp=_npx())
+        if not np.array_equal(got, want.astype(np.float64)):
+            raise AssertionError(f"resample_grid {form}: not the generic code's bits")
+
+
 def driver_cases():
     """``[(label, function of a Device)]``: through the CUDA driver, valid under emulation."""
     cases = []
@@ -504,6 +544,8 @@ def driver_cases():
         for activation, kernel in ((None, (3, 3)), ("gelu", (5, 1)), ("tanh", (4, 2))):
             add(f"conv_positional {dtype} {activation} {kernel}", _conv, dtype=dtype,
                 activation=activation, kernel=kernel)
+        for form in ("up", "down", "strided"):
+            add(f"resample_grid {dtype} {form}", _resample, dtype=dtype, form=form)
     return cases
 
 
@@ -600,6 +642,12 @@ def public_cases(cp, torch, recorder):
         got = gpu(lambda: arrpos.conv_positional(seq, w1, activation="gelu"))
         check_close(host(got), arrpos.conv_positional(host(seq), host(w1), activation="gelu"),
                     dtype, "conv_positional")
+        pe = make(rng.uniform(-1, 1, (1 + 7 * 7, 32)))
+        got = gpu(lambda: arrpos.resample(pe, (12, 10), prefix_tokens=1, method="cubic",
+                                          antialias=True))
+        check_close(host(got), arrpos.resample(host(pe), (12, 10), prefix_tokens=1,
+                                               method="cubic", antialias=True),
+                    dtype, "resample")
 
     def add(label, fn, **kw):
         cases.append((label, functools.partial(fn, **kw)))

@@ -31,7 +31,7 @@ import subprocess
 
 import numpy as np
 
-from arrpos._backends.cuda import driver
+from arrpos._backends.cuda import driver, tap_blocks
 
 _SHIM = r"""
 #define ARRPOS_HOST_EMULATION 1
@@ -88,6 +88,7 @@ template <> struct code<int> { static const char c = 'i'; };
 template <> struct code<double> { static const char c = 'd'; };
 template <> struct code<arrpos::freq_block> { static const char c = 'F'; };
 template <> struct code<arrpos::strides4> { static const char c = 'S'; };
+template <> struct code<arrpos::taps_block> { static const char c = 'T'; };
 
 template <typename... A> static std::string signature(void (*)(A...))
 {
@@ -117,6 +118,7 @@ static void run(void (*k)(A...), unsigned gx, unsigned gy, unsigned bx, unsigned
 extern "C" int emu_struct_size(char c)
 {
     if (c == 'F') return (int)sizeof(arrpos::freq_block);
+    if (c == 'T') return (int)sizeof(arrpos::taps_block);
     return c == 'S' ? (int)sizeof(arrpos::strides4) : -1;
 }
 
@@ -245,7 +247,7 @@ class FakeKernel:
         FakeKernel.last_args = tuple(args)
         assert self.lib.emu_launch(self.index, gx, gy, bx, by, arr) == 0
 
-    _STRUCTS = {"F": driver.FREQ_DTYPE, "S": driver.STRIDES_DTYPE}
+    _STRUCTS = {"F": driver.FREQ_DTYPE, "S": driver.STRIDES_DTYPE, "T": tap_blocks.TAPS_DTYPE}
 
     def _argument(self, k, a, c):
         """The C value of argument ``k`` for a parameter of type code ``c``, checked as a GPU

@@ -16,7 +16,7 @@ import pytest
 
 from arrpos._backends import Unsupported, _xp
 from arrpos._backends.cuda import cupy as _cupy
-from arrpos._backends.cuda import driver
+from arrpos._backends.cuda import driver, tap_blocks
 from arrpos._exact import power_frequencies
 
 import cuda_emulation
@@ -1273,3 +1273,175 @@ def test_new_ops_make_no_host_copies_or_synchronisation(cp, monkeypatch):
     _cupy.conv_positional(x, cp.asfake(np.ones((3, 1, 4))), cp.asfake(np.ones(4)),
                           activation="gelu", residual=True, dtype=np.dtype(np.float16), xp=cp)
     assert len(cp.launches) == 4
+
+
+# ------------------------------------------------------------------------------------------
+# resample_grid: the separable taps (host-made, arrpos._taps) applied as the CPU kernel and the
+# generic code apply them: in float64, the first grid axis first, each product rounded and
+# added in tap order, one rounding. With two channels or more the generic sums run in that
+# order too, so the results are equal bit for bit (one channel with 8 taps and more: NumPy
+# sums pairwise, tests/test_resample_kernels.py's stated tolerance).
+
+def _resample_taps(old, new, method, antialias, single, align_corners=False):
+    from arrpos import _taps
+
+    return tuple(None if a == b else _taps.host_taps(a, b, method, antialias, single,
+                                                     align_corners)
+                 for a, b in zip(old, new))
+
+
+def _resample_case(rng, form, dtype):
+    """``(grid, prefix, old, new, method, antialias, align_corners)``."""
+    if form == "1d":
+        grid, old, new = rng.standard_normal((2, 7, 5)), (7,), (12,)
+        return grid.astype(dtype), None, old, new, "linear", False, True
+    if form == "up":  # a ViT's 14 x 14 -> 32 x 32 in small: 4 x 3 -> 9 x 7, class token
+        table = rng.standard_normal((1 + 4 * 3, 6)).astype(dtype)
+        return (table[1:].reshape(4, 3, 6), table[:1], (4, 3), (9, 7), "cubic", False,
+                False)
+    if form == "down":  # antialiased shrink: 17 and 9 taps a side, several launches
+        grid = rng.standard_normal((2, 40, 30, 3)).astype(dtype)
+        return grid, None, (40, 30), (5, 7), "cubic", True, False
+    if form == "one_axis":  # the first axis kept, the second resampled (and strided channels)
+        grid = rng.standard_normal((5, 6, 8)).astype(dtype)[..., ::2]
+        return grid, None, (5, 6), (5, 11), "linear", True, False
+    # reversed rows and channels (negative strides), a prefix of two rows
+    table = rng.standard_normal((3, 2 + 6 * 5, 4)).astype(dtype)[:, ::-1, ::-1]
+    return (table[:, 2:].reshape(3, 6, 5, 4), table[:, :2], (6, 5), (4, 8), "cubic", True,
+            True)
+
+
+_RESAMPLE_FORMS = ["1d", "up", "down", "one_axis", "reversed"]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("form", _RESAMPLE_FORMS)
+def test_resample_grid_matches_generic(cp, dtype, form):
+    rng = np.random.default_rng(30)
+    grid, prefix, old, new, method, aa, corners = _resample_case(rng, form, dtype)
+    taps = _resample_taps(old, new, method, aa, dtype != np.float64, corners)
+    got = _cupy.resample_grid(cp.asfake(grid), None if prefix is None else cp.asfake(prefix),
+                              taps=taps, dtype=np.dtype(dtype), xp=cp)
+    ref = _xp.resample_grid(grid, prefix, taps=taps, dtype=np.dtype(dtype), xp=npx)
+    got = np.asarray(got)
+    assert got.shape == ref.shape and got.dtype == ref.dtype and got.flags.c_contiguous
+    assert got.tobytes() == ref.tobytes(), np.abs(got.astype(float) - ref.astype(float)).max()
+    assert cp.launches[-1][0] == driver.kernel_name("resample_grid", np.dtype(dtype).name)
+    if form == "down":  # 5 x 17 + 7 x 9 taps: more than one block of kernel parameters
+        assert len(cp.launches) > 1
+
+
+def test_resample_grid_bfloat16_rounds_once(cp):
+    """bfloat16 (int16 bits, torch's route): the float64 sums rounded once to bfloat16, as the
+    generic code rounds its float64 result."""
+    rng = np.random.default_rng(31)
+    grid = _bf16_value(_bf16_bits(rng.uniform(-3, 3, (2, 5, 4, 6))))
+    taps = _resample_taps((5, 4), (9, 3), "cubic", True, True)
+    got = driver.resample_grid(cp.asfake(_bf16_bits(grid)), None, taps, None, "bfloat16")
+    exact = _xp.resample_grid(grid.astype(np.float64), None, taps=taps,
+                              dtype=np.dtype(np.float64), xp=npx)
+    np.testing.assert_array_equal(_bf16_value(np.asarray(got)).astype(np.float64),
+                                  _bf16_round(exact))
+
+
+def test_resample_grid_launch_blocks_and_refusals(cp, monkeypatch):
+    """Output rows and columns are launched in blocks whose taps fit the by-value block (each
+    covering every output once); an output whose own taps do not fit, a third grid axis or
+    prefix rows of another type are refused before anything is written, and the dispatcher
+    then serves the call with the generic code."""
+    for ho, th, wo, tw in [(5, 17, 7, 9), (64, 4, 64, 4), (3, 100, 2, 156), (200, 0, 9, 30),
+                           (1, 256, 1, 0)]:
+        rows, cols = tap_blocks.spans(ho, th, wo, tw)
+        assert sum(n for _, n in rows) == ho and sum(n for _, n in cols) == wo
+        assert max(n for _, n in rows) * th + max(n for _, n in cols) * tw <= \
+            tap_blocks.TAPS_BLOCK
+        assert [a for a, _ in rows] == list(np.cumsum([0] + [n for _, n in rows])[:-1])
+    rng = np.random.default_rng(32)
+    grid = cp.asfake(rng.standard_normal((160, 120, 2)))
+    wide = _resample_taps((160, 120), (4, 3), "cubic", True, False)  # 161 + 161 taps
+    with pytest.raises(Unsupported, match="taps"):
+        _cupy.resample_grid(grid, None, taps=wide, dtype=np.dtype(np.float64), xp=cp)
+    got = _through_dispatch(monkeypatch, "resample_grid", grid, None, arrays=(grid, None),
+                            taps=wide, dtype=np.dtype(np.float64))
+    ref = _xp.resample_grid(np.asarray(grid), None, taps=wide, dtype=np.dtype(np.float64),
+                            xp=npx)
+    assert np.asarray(got).tobytes() == ref.tobytes()
+    cube = cp.asfake(np.ones((3, 3, 3, 2)))
+    with pytest.raises(Unsupported):
+        driver.resample_grid(cube, None, _resample_taps((3, 3, 3), (4, 4, 4), "linear", False,
+                                                        False), None, "float64")
+    small = cp.asfake(np.ones((3, 3, 2)))
+    with pytest.raises(Unsupported):  # a prefix of another type than the grid's
+        driver.resample_grid(small, cp.asfake(np.ones((1, 2), np.float32)),
+                             _resample_taps((3, 3), (4, 4), "linear", False, False), None,
+                             "float64")
+    assert not cp.launches
+
+
+def test_resample_grid_many_taps_one_channel(cp):
+    """One channel and many taps: NumPy's pairwise sums against the kernel's sum in order,
+    within 1 ulp of a float32 output (tests/test_resample_kernels.py's stated tolerance)."""
+    rng = np.random.default_rng(33)
+    grid = rng.standard_normal((48, 40, 1)).astype(np.float32)
+    taps = _resample_taps((48, 40), (4, 5), "linear", True, True)
+    got = np.asarray(_cupy.resample_grid(cp.asfake(grid), None, taps=taps,
+                                         dtype=np.dtype(np.float32), xp=cp))
+    ref = _xp.resample_grid(grid, None, taps=taps, dtype=np.dtype(np.float32), xp=npx)
+    assert (np.abs(got - ref) <= np.spacing(np.abs(ref))).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_resample_grid_equals_the_cpu_kernel(cp, dtype):
+    from arrpos import _dispatch
+
+    host = _dispatch.front_end("host.numpy")
+    if host is None:
+        pytest.skip("the compiled CPU kernels are not built or are disabled")
+    rng = np.random.default_rng(34)
+    for form in _RESAMPLE_FORMS:
+        grid, prefix, old, new, method, aa, corners = _resample_case(rng, form, dtype)
+        taps = _resample_taps(old, new, method, aa, dtype != np.float64, corners)
+        got = _cupy.resample_grid(cp.asfake(grid),
+                                  None if prefix is None else cp.asfake(prefix), taps=taps,
+                                  dtype=np.dtype(dtype), xp=cp)
+        ref = host.resample_grid(grid, prefix, taps=taps, dtype=np.dtype(dtype), xp=npx)
+        assert np.asarray(got).tobytes() == np.asarray(ref).tobytes(), form
+
+
+def test_torch_bridge_resample_grid(bridge, cp):
+    torch, tc = bridge
+    g = torch.Generator().manual_seed(4)
+    table = (torch.rand(2, 1 + 6 * 4, 5, generator=g) * 6 - 3).to(torch.bfloat16)
+    grid = table[:, 1:].reshape(2, 6, 4, 5)
+    taps = _resample_taps((6, 4), (3, 9), "cubic", True, True)
+    got = tc.resample_grid(grid, table[:, :1], taps=taps, dtype=torch.bfloat16, xp=None)
+    exact = _xp.resample_grid(grid.double().numpy(), table[:, :1].double().numpy(), taps=taps,
+                              dtype=np.dtype(np.float64), xp=npx)
+    assert got.dtype == torch.bfloat16 and got.shape == (2, 1 + 27, 5)
+    np.testing.assert_array_equal(got.double().numpy(), _bf16_round(exact))
+    assert cp.launches[-1][0] == "arrpos::resample_grid<arrpos::bfloat16>"
+    t32 = torch.randn(1 + 9, 3, generator=g, dtype=torch.float32)
+    taps = _resample_taps((3, 3), (5, 2), "linear", False, True)
+    got = tc.resample_grid(t32[1:].reshape(3, 3, 3), t32[:1], taps=taps, dtype=torch.float32,
+                           xp=None)
+    ref = _xp.resample_grid(t32[1:].reshape(3, 3, 3).numpy(), t32[:1].numpy(), taps=taps,
+                            dtype=np.dtype(np.float32), xp=npx)
+    assert got.numpy().tobytes() == ref.tobytes()
+
+
+def test_resample_grid_makes_no_host_copies_or_synchronisation(cp, monkeypatch):
+    """Graph-capture safety: the host taps travel in the kernel parameters (no device array
+    is made from host data), the prefix rows and a strided grid are copied on the device."""
+    forbidden = _forbid_host_copies(cp, monkeypatch)
+    real_contiguous = cp.ascontiguousarray
+    monkeypatch.setattr(cp, "ascontiguousarray", lambda a, dtype=None: (
+        real_contiguous(a, dtype=dtype) if isinstance(a, cuda_emulation.FakeArray)
+        else forbidden()))
+    rng = np.random.default_rng(35)
+    for form in _RESAMPLE_FORMS:
+        grid, prefix, old, new, method, aa, corners = _resample_case(rng, form, np.float32)
+        taps = _resample_taps(old, new, method, aa, True, corners)
+        _cupy.resample_grid(cp.asfake(grid), None if prefix is None else cp.asfake(prefix),
+                            taps=taps, dtype=np.dtype(np.float32), xp=cp)
+    assert len(cp.launches) >= len(_RESAMPLE_FORMS)
+    assert all(name.startswith("arrpos::resample_grid<") for name, _, _ in cp.launches)

@@ -377,7 +377,7 @@ def test_public_pass_reaches_the_kernels(cp, monkeypatch):
     assert {n.split("<")[0] for n in rec.launches} == {
         "arrpos::sinusoid_table", "arrpos::rope_cos_sin", "arrpos::apply_rope",
         "arrpos::apply_rope_cached", "arrpos::alibi_bias", "arrpos::alibi_bias_from_positions",
-        "arrpos::relative_bias", "arrpos::conv_positional"}
+        "arrpos::relative_bias", "arrpos::conv_positional", "arrpos::resample_grid"}
 
 
 # ------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from . import driver
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
-           "bind", "cache_clear", "conv_positional", "relative_bias", "rope_cos_sin",
-           "sinusoid_table", "supports"]
+           "bind", "cache_clear", "conv_positional", "relative_bias", "resample_grid",
+           "rope_cos_sin", "sinusoid_table", "supports"]
 
 DRIVER = "cuda"
 # ``supports`` reads each call's devices and their build state
@@ -143,3 +143,9 @@ def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
     ulps of the generic code's)."""
     return driver.conv_positional(x, weight, bias, None, activation, residual,
                                   np.dtype(dtype).name)
+
+
+def resample_grid(grid, prefix, *, taps, dtype, xp):
+    """Twin of ``_xp.resample_grid`` for CuPy arrays: C-contiguous, ``grid``'s dtype; the host
+    taps in the kernel parameters (nothing uploaded), the prefix rows copied on the device."""
+    return driver.resample_grid(grid, prefix, taps, None, np.dtype(dtype).name)

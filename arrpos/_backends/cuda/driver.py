@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from .. import Unsupported, memory, ops
+from . import tap_blocks
 
 __all__ = [
     "ALIBI_MODES", "CXX_TYPES", "FREQ_BLOCK", "FREQ_DTYPE", "INT_OFFSETS_BELOW", "OPTIONS",
@@ -40,8 +41,8 @@ __all__ = [
     "apply_pair", "apply_rope", "apply_rope_cached", "conv_positional", "cp", "cuda_source",
     "forget",
     "instantiation_source", "kernel", "kernel_name", "kernel_names", "launch", "launch_shape",
-    "module_failure", "module_spec", "plan_apply", "relative_bias", "rope_cos_sin",
-    "sinusoid_table",
+    "module_failure", "module_spec", "plan_apply", "relative_bias", "resample_grid",
+    "rope_cos_sin", "sinusoid_table",
 ]
 
 SOURCE_PATH = pathlib.Path(__file__).with_name("kernels.cu")
@@ -745,4 +746,54 @@ def conv_positional(x, weight, bias, out, activation, residual: bool, storage: s
                (out, xc, wc, bc, np.int64(outer), np.int64(h), np.int64(w), np.int64(c),
                 np.int32(kh), np.int32(kw), np.int32((kh - 1) // 2), np.int32((kw - 1) // 2),
                 np.int32(bias is not None), np.int32(act), np.int32(bool(residual))))
+    return out
+
+
+
+def resample_grid(grid, prefix, taps, out, storage: str):
+    """``grid (..., *old, C)`` (one or two grid axes, any strides) resampled with host ``taps``
+    (``(index, weight)``, each ``(n_out, T)``, or None: the axis kept) into ``out`` (``(...,
+    P + prod(new), C)``, C-contiguous; allocated when None) after a device copy of the
+    ``prefix`` rows ``(..., P, C)`` (None: none), each output summed in float64 as the host
+    kernel sums it and rounded once to ``storage``. The taps travel by value (``tap_blocks``:
+    a launch per block of outputs whose taps fit; else refused). Returns ``out``."""
+    device = _device(grid, prefix, out)
+    _storage("resample_grid", storage, grid.dtype)
+    k = len(taps)
+    if not 1 <= k <= 2 or grid.ndim < k + 1:
+        _refuse("resample: one or two grid axes only")
+    lead, c = tuple(grid.shape[:-k - 1]), int(grid.shape[-1])
+    h, w = (int(grid.shape[-2]), 1) if k == 1 else (int(n) for n in grid.shape[-3:-1])
+    p = 0 if prefix is None else int(prefix.shape[-2])
+    if prefix is not None and (prefix.ndim != len(lead) + 2 or prefix.dtype != grid.dtype
+                               or tuple(prefix.shape[:-2]) != lead or prefix.shape[-1] != c):
+        _refuse("resample: prefix rows of another shape or type than the grid's")
+    first = tap_blocks.axis_taps(taps[0], h)
+    second = tap_blocks.axis_taps(taps[1] if k == 2 else None, w)
+    if first is None or second is None or max(h, w) >= INT_OFFSETS_BELOW:
+        _refuse("resample: taps that do not index the grid")
+    (ho, th), (wo, tw) = ((n if t[0] is None else t[0].shape[0], t[2])
+                          for n, t in ((h, first), (w, second)))
+    if th + tw > tap_blocks.TAPS_BLOCK:
+        _refuse(f"resample: {th} + {tw} taps per output, more than one block's")
+    outer, rows = math.prod(lead), p + ho * wo
+    with device:
+        out = _table_out(out, lead + (rows, c), storage)
+        if outer * rows * c == 0:
+            return out
+        if p:  # a device copy
+            out.reshape(outer, rows, c)[:, :p, :] = prefix.reshape(outer, p, c)
+        if ho * wo == 0:
+            return out
+        x = grid.reshape(outer, h, w, c)  # a view where the strides allow, else a device copy
+        if any(s % x.dtype.itemsize for s in x.strides):
+            x = cp().ascontiguousarray(x)
+        xs = [np.int64(s // x.dtype.itemsize) for s in x.strides]
+        fn = kernel(kernel_name("resample_grid", storage))
+        row_spans, col_spans = tap_blocks.spans(ho, th, wo, tw)
+        for h0, nh, w0, nw, block in tap_blocks.blocks(row_spans, col_spans, first, second):
+            launch(fn, outer * nh * nw, c,
+                   (out, x, block, np.int64(outer), np.int64(h0), np.int64(nh), np.int64(w0),
+                    np.int64(nw), np.int64(wo), np.int64(c), np.int64(rows * c),
+                    np.int64(p * c), *xs, np.int32(th), np.int32(tw)))
     return out

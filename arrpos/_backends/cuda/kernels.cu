@@ -1,6 +1,7 @@
 // arrpos CUDA kernels: sinusoid and RoPE tables, fused RoPE application (tables given in full
 // or gathered from half-width caches at position ids), the ALiBi bias forms, the relative-bias
-// gather, the depthwise convolution of the convolutional position encodings.
+// gather, the depthwise convolution of the convolutional position encodings, the separable
+// resampling of a learned table's grid.
 //
 // Compiled at run time by cupy.RawModule (NVRTC) with the options and name expressions of
 // arrpos._backends.cuda.driver.module_spec(); at CI time by .ci/check_nvrtc.sh through the same
@@ -41,6 +42,15 @@ struct bfloat16 {  // layout of __nv_bfloat16
 struct freq_block {
     double hi[ARRPOS_FREQ_BLOCK];
     double lo[ARRPOS_FREQ_BLOCK];
+};
+
+// Resampling taps of both grid axes for the output rows and columns of one launch, passed by
+// value like the frequencies (3 KiB): w[k] and idx[k], the first axis's rows first, then the
+// second's. The driver launches once per block of output rows and columns whose taps fit.
+#define ARRPOS_TAPS_BLOCK 256
+struct taps_block {
+    double w[ARRPOS_TAPS_BLOCK];
+    int idx[ARRPOS_TAPS_BLOCK];
 };
 
 // 8- and 16-byte words for vector loads (uint2/uint4 need a header NVRTC may lack)
@@ -987,6 +997,67 @@ conv_positional(T *__restrict__ out, const T *__restrict__ x,
             if (residual)
                 s = add_rn(s, num<T>::load(x[r * C + c]));
             out[r * C + c] = num<T>::store(s);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Separable resampling (resample_grid): x (outer, H, W, C) of T through element strides; out
+// (outer, plane) C-contiguous planes whose element plane_prefix + (ho * Wo + wo) * C + c is
+// output (ho, wo, c). This launch writes rows ho in [h0, h0 + nh) and columns wo in [w0, w0 +
+// nw): taps of row ho - h0 at t.w / t.idx [(ho - h0) * th, ...), of column wo - w0 at
+// [nh * th + (wo - w0) * tw, ...); th = 0 (tw = 0): the axis keeps its length. As the host
+// kernel (csrc/resample.inc) and the generic path: in double, the first axis first, each
+// product rounded, then added in tap order (the first product not added to a zero), the
+// second axis over the first's sums, one rounding to T.
+
+__device__ __forceinline__ double widen(float v) { return float_to_double(v); }
+__device__ __forceinline__ double widen(double v) { return v; }
+
+template <typename T>
+__device__ __forceinline__ double first_axis(const T *__restrict__ col, const taps_block &t,
+                                             int base, int th, long long xs_h)
+{
+    if (th == 0)
+        return widen(num<T>::load(*col));
+    double s = mul_rn(t.w[base], widen(num<T>::load(col[t.idx[base] * xs_h])));
+    for (int k = 1; k < th; ++k)
+        s = add_rn(s, mul_rn(t.w[base + k], widen(num<T>::load(col[t.idx[base + k] * xs_h]))));
+    return s;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+resample_grid(T *__restrict__ out, const T *__restrict__ x, const taps_block t,
+              long long outer, long long h0, long long nh, long long w0, long long nw,
+              long long wo_len, long long C, long long plane, long long plane_prefix,
+              long long xs_o, long long xs_h, long long xs_w, long long xs_c, int th, int tw,
+              int chunk)
+{
+    const long long rows = outer * nh * nw;
+    ARRPOS_FOR_ROWS(r, rows) {
+        const long long ohl = r / nw;  // once per output pixel: (o, ho) and wo
+        const long long wl = r - ohl * nw;
+        const long long o = ohl / nh;
+        const long long hl = ohl - o * nh;
+        const int hbase = (int)(hl * th), wbase = (int)(nh * th + wl * tw);
+        // a row kept (th = 0) is read at its own index
+        const T *src = x + o * xs_o + (th == 0 ? (h0 + hl) * xs_h : 0);
+        T *dst = out + o * plane + plane_prefix + ((h0 + hl) * wo_len + w0 + wl) * C;
+        ARRPOS_FOR_ITEMS(c, C, chunk) {
+            const T *col = src + c * xs_c;
+            double s;
+            if (tw == 0) {
+                s = first_axis(col + (w0 + wl) * xs_w, t, hbase, th, xs_h);
+            } else {
+                s = mul_rn(t.w[wbase], first_axis(col + t.idx[wbase] * xs_w, t, hbase, th,
+                                                  xs_h));
+                for (int k = 1; k < tw; ++k)
+                    s = add_rn(s, mul_rn(t.w[wbase + k],
+                                         first_axis(col + t.idx[wbase + k] * xs_w, t, hbase,
+                                                    th, xs_h)));
+            }
+            dst[c] = num<T>::from_double(s);
         }
     }
 }

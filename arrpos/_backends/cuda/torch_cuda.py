@@ -35,7 +35,7 @@ import sys
 
 from .. import Unsupported, ops
 from ..memory import tensor_has_storage, torch_tracing
-from . import driver
+from . import driver, tap_blocks
 
 try:
     from .. import torch_ops
@@ -45,7 +45,7 @@ except (ImportError, AttributeError):  # a torch without torch.library.custom_op
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
            "bind", "cache_clear", "conv_positional", "cupy_available", "relative_bias",
-           "rope_cos_sin", "sinusoid_table", "supports"]
+           "resample_grid", "rope_cos_sin", "sinusoid_table", "supports"]
 
 DRIVER = "cuda"
 # ``supports`` reads each call's autograd state, trace, devices and build state
@@ -381,4 +381,18 @@ def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
         driver.conv_positional(_as_cupy(x.contiguous()), _as_cupy(w),
                                None if b is None else _as_cupy(b), _as_cupy(out), activation,
                                residual, _name(x.dtype))
+    return out
+
+
+def resample_grid(grid, prefix, *, taps, dtype, xp):
+    """Twin of ``_xp.resample_grid`` for CUDA tensors that need no gradient (bfloat16
+    included): the output allocated by torch, the prefix rows copied and the grid read
+    through its strides by the driver on the CuPy views."""
+    torch = _torch()
+    p = 0 if prefix is None else prefix.shape[-2]
+    out = torch.empty(tap_blocks.resample_shape(tuple(grid.shape), taps, p), dtype=grid.dtype,
+                      device=grid.device)
+    with _on_torch_stream(grid.device):
+        driver.resample_grid(_as_cupy(grid), None if prefix is None else _as_cupy(prefix),
+                             taps, _as_cupy(out), _name(grid.dtype))
     return out
