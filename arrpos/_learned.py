@@ -261,7 +261,8 @@ def resample(table: Array, /, size: Size, *, old_size: Size | None = None, prefi
     sums pairwise: within an ulp); a CUDA kernel for CuPy arrays and torch CUDA tensors
     without autograd, with the same sums (the taps in its launch parameters: a shrink whose
     taps for one output exceed 256, more than about 30 times on both axes, takes the
-    generic code); generic Array API code on every namespace.
+    generic code); Dask arrays one task per chunk of the leading axes and channels, the grid
+    axes whole; generic Array API code on every namespace.
 
     Examples
     --------
@@ -393,7 +394,7 @@ def resample_grids(table: Array, grids: Grids, /, *, old_size: Shape | None = No
     ``_apply_learned_naflex_pos_embed`` calls ``F.interpolate`` per grid. The grids are read
     on the host (the output shape depends on them). Backend support: the resampling as
     :func:`resample` (compiled CPU kernels for NumPy and torch CPU, CUDA kernels for CuPy and
-    torch CUDA), the rest generic Array API code.
+    torch CUDA, Dask graphs), the rest generic Array API code.
 
     Examples
     --------
@@ -598,8 +599,8 @@ def resize_relative_table(table: Array, /, window: Shape, *, old_window: Shape |
     (``TIMM_USE_SCIPY_INTERP``: ``interp2d`` cubic) is not reproduced. transformers'
     BEiT reads the old rows as a ``(2 w1 - 1, 2 w0 - 1)`` grid, the same for square windows.
     Backend support: one and two window axes as :func:`resample` (compiled CPU kernels for
-    NumPy and torch CPU, CUDA kernels for CuPy and torch CUDA), more axes and ``"geometric"``
-    generic Array API code.
+    NumPy and torch CPU, CUDA kernels for CuPy and torch CUDA, Dask graphs), more axes and
+    ``"geometric"`` generic Array API code.
 
     Examples
     --------

@@ -596,6 +596,85 @@ def test_family_graphs_compute_nothing_while_built_and_pickle():
                                   arrpos.conv_positional(xs, np.ones((3, 8))))
 
 
+# --- resample: the grid axes whole, one task per chunk of the leading axes and channels ------
+
+
+def _resample_case(dtype, lead=(3,), old=(6, 5), c=10, prefix=1):
+    return (RNG.standard_normal(lead + (prefix + int(np.prod(old)), c)) * 3).astype(dtype)
+
+
+def test_resample_takes_the_dask_front_end():
+    from arrpos import _taps
+
+    grid = da.ones((2, 4, 4, 8), chunks=(1, 4, 4, 4))
+    taps = (_taps.host_taps(4, 6, "cubic", True, False, False),) * 2
+    assert _chosen("resample_grid", (grid, None), taps=taps, dtype=np.float64) == "graph"
+    prefix = da.ones((2, 1, 8), chunks=(1, 1, 4))
+    assert _chosen("resample_grid", (grid, prefix), taps=taps, dtype=np.float64) == "graph"
+
+
+@pytest.mark.parametrize("chunks", [(1, 31, 4), (2, 7, 10), (3, 31, 3)])
+@pytest.mark.parametrize("options", [dict(method="cubic", antialias=True),
+                                     dict(method="linear", align_corners=True),
+                                     dict(method="cubic", antialias=False)])
+@pytest.mark.parametrize("dtype", _DTYPES)
+def test_resample_equals_numpy_bit_for_bit(chunks, options, dtype):
+    """Batch and channel chunks kept, one task each; rows chunked across the grid (and the
+    class token) are merged first: an output row reads input rows all along both axes. A
+    chunk of one channel (10 in chunks of 3) is merged with its neighbour: the generic code
+    sums a one-channel grid's 9 taps of a shrink pairwise, not in order."""
+    table = _resample_case(dtype)
+    dt = da.from_array(table, chunks=chunks)
+    channels = (3, 3, 4) if chunks[2] == 3 else dt.chunks[2]
+    for new in ((9, 4), (3, 3)):
+        got = arrpos.resample(dt, new, old_size=(6, 5), prefix_tokens=1, **options)
+        _one_task_per_chunk(got, "resample_grid")
+        assert got.chunks[0] == dt.chunks[0] and got.chunks[2] == channels
+        assert got.numblocks[1] == 1
+        ref = arrpos.resample(table, new, old_size=(6, 5), prefix_tokens=1, **options)
+        out = _compute(got)[0]
+        assert out.dtype == ref.dtype and out.tobytes() == ref.tobytes()
+
+
+def test_resample_1d_and_no_prefix():
+    table = _resample_case(np.float32, lead=(), old=(12,), c=6, prefix=0)
+    got = arrpos.resample(da.from_array(table, chunks=(5, 2)), 20, method="linear")
+    _one_task_per_chunk(got, "resample_grid")
+    assert got.numblocks == (1, 3)
+    ref = arrpos.resample(table, 20, method="linear")
+    assert _compute(got)[0].tobytes() == ref.tobytes()
+
+
+def test_resample_grids_and_relative_table_on_dask():
+    table = _resample_case(np.float64, lead=(), old=(4, 4), c=6, prefix=0)
+    grids = [(2, 3), (3, 3)]
+    got = arrpos.resample_grids(da.from_array(table, chunks=(4, 3)), grids, old_size=(4, 4))
+    ref = arrpos.resample_grids(table, grids, old_size=(4, 4))
+    assert np.asarray(_compute(got)[0]).tobytes() == np.asarray(ref).tobytes()
+    rel = RNG.standard_normal((13 * 13, 4))
+    got = arrpos.resize_relative_table(da.from_array(rel, chunks=(50, 2)), (12, 12),
+                                       method="cubic")
+    ref = arrpos.resize_relative_table(rel, (12, 12), method="cubic")
+    assert _compute(got)[0].tobytes() == ref.tobytes()
+
+
+def test_resample_graph_computes_nothing_while_built_and_pickles():
+    from dask.local import get_sync
+
+    with TaskCounter() as counted:
+        lazy = arrpos.resample(_exploding(np.ones((2, 1 + 16, 8)), (1, 5, 4)), (6, 6),
+                               prefix_tokens=1, method="cubic", antialias=True)
+    assert counted.count == 0
+    with pytest.raises(AssertionError, match="graph was only being built"):
+        lazy.compute(scheduler="sync")
+    table = _resample_case(np.float32, lead=(2,), old=(4, 4), c=8)
+    arr = arrpos.resample(da.from_array(table, chunks=(1, 17, 4)), (6, 6), prefix_tokens=1)
+    graph = pickle.loads(pickle.dumps(dict(arr.__dask_graph__())))
+    blocks = get_sync(graph, arr.__dask_keys__())
+    assert da.core.concatenate3(blocks).tobytes() == \
+        arrpos.resample(table, (6, 6), prefix_tokens=1).tobytes()
+
+
 # --- dask.distributed: worker processes ---------------------------------------------------------
 
 _CLUSTER_SCRIPT = textwrap.dedent("""

@@ -159,7 +159,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     # resample's separable taps: grid (..., *old, C), taps per grid axis built on the host;
     # prefix rows (..., P, C) or None lead the result (..., P + prod(new), C)
     Op("resample_grid", ("grid", "prefix"), arrays=("grid", "prefix"), kernel="resample_grid",
-       dtypes={"host": FLOATS, "cuda": FLOATS}),
+       dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}),
     # clip(x, lo, hi) + shift of an integer x in the integer ``dtype`` (Shaw's index, the
     # bucket tables' index); the shifted bounds fit ``dtype``
     Op("clip_shift", ("x",), arrays=("x",), dtypes={"host": INTEGERS}, integer=True),

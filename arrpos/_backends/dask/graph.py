@@ -6,7 +6,8 @@ rechunks) with one task per output chunk; a task calls the same op through ``_di
 its chunks, in the chunks' own namespace, so the compiled kernels run chunk by chunk (and the
 generic code where a chunk's kernel declines). Nothing is computed while the graph is built.
 ``rope_cos_sin`` builds its two layers (cos, sin) task by task; ``conv_positional`` reads the
-rows (columns) next to its chunk of a chunked grid axis through Dask's ``overlap``.
+rows (columns) next to its chunk of a chunked grid axis through Dask's ``overlap``;
+``resample_grid`` takes its grid axes whole (an output row reads rows all along them).
 
 Chunking: positions and the leading (row) axes of ``x`` keep their chunks; tables that broadcast
 against ``x`` are rechunked to ``x``'s chunks along their non-broadcast axes; axes an op needs
@@ -36,8 +37,8 @@ from . import canvas as _canvas
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk", "bind",
-           "cache_clear", "conv_positional", "relative_bias", "rope_cos_sin", "sinusoid_table",
-           "supports"]
+           "cache_clear", "conv_positional", "relative_bias", "resample_grid", "rope_cos_sin",
+           "sinusoid_table", "supports"]
 
 DRIVER = "dask"
 # ``supports`` reads chunk sizes, which are not in a signature
@@ -50,6 +51,7 @@ _CHUNK_KINDS = ("numpy",)
 # (positions, x, q); these name the other axes, which are taken whole
 _FEATURE, _TABLE, _COORDS, _FREQ, _CACHE_ROW, _K_AXIS = 1000, 1001, 1002, 1003, 1004, 2000
 _HEADS, _ROWS, _KH, _KW = 1005, 1006, 1007, 1008
+_GRID, _PREFIX_ROWS, _OUT_ROWS = (1009, 1010), 1011, 1012
 
 
 def _served(a, unknown_ok=False) -> bool:
@@ -249,6 +251,14 @@ def _conv_block(x, weight, bias, opts, place):
         hi = after if s.stop < size else 0
         trim[ax] = slice(lo, y.shape[ax] - hi)
     return y[tuple(trim)] if opts["halo"] else y
+
+
+def _resample_block(grid, prefix, opts):
+    """A chunk of leading rows and channels, its grid axes (and prefix rows) whole."""
+    grid = _only(grid)
+    prefix = None if prefix is None else _only(prefix)
+    arrays = (grid, prefix)
+    return _chunk_call("resample_grid", arrays, arrays, opts)
 
 
 # --- graph helpers ------------------------------------------------------------------------------
@@ -605,3 +615,49 @@ def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):
         adjust_chunks={ax: x.chunks[ax] for ax, _, _ in halo}, align_arrays=False,
         concatenate=False, dtype=x.dtype, meta=_meta(x, nd, x.dtype),
         token="arrpos-conv_positional")
+
+
+def _no_single_channel(chunks):
+    """Channel chunks with no chunk of one channel unless there is one channel in all: the
+    generic code sums 8 taps and more of a one-channel grid pairwise (NumPy's contiguous
+    reduction), of a wider one in order, so such a chunk would differ from the whole table in
+    the last bits; it is merged with its neighbour."""
+    out: list[int] = []
+    for n in chunks:
+        if out and (n == 1 or out[-1] == 1):
+            out[-1] += n
+        else:
+            out.append(n)
+    return tuple(out)
+
+
+def resample_grid(grid, prefix, *, taps, dtype, xp):
+    """Twin of ``_xp.resample_grid``: one task per chunk of the leading axes x channels (no
+    chunk of one channel in a wider grid: ``_no_single_channel``). The grid axes (and the
+    prefix rows) are taken whole, rechunked to one chunk first where they are chunked: an
+    output row mixes input rows from all along them. The host taps travel in the graph (each
+    task's dispatch applies them to its chunk)."""
+    k = len(taps)
+    nd = grid.ndim
+    lead = tuple(range(nd - k - 1))
+    c_ind = (nd - 1,)
+    grid = _whole(grid, range(nd - k - 1, nd - 1))
+    channels = _no_single_channel(grid.chunks[-1])
+    grid = grid.rechunk({nd - 1: channels}) if channels != grid.chunks[-1] else grid
+    pairs = [grid, lead + _GRID[:k] + c_ind]
+    p = 0
+    if prefix is not None:
+        prefix = _whole(prefix, [-2]).rechunk({prefix.ndim - 1: channels})
+        p = prefix.shape[-2]
+        pairs += [prefix, lead + (_PREFIX_ROWS,) + c_ind]
+    _, arrays = da.core.unify_chunks(*pairs)  # leading axes and channels alike
+    grid = arrays[0]
+    prefix = arrays[1] if prefix is not None else None
+    rows = p + math.prod(n if t is None else t[0].shape[0]
+                         for n, t in zip(grid.shape[nd - k - 1:nd - 1], taps))
+    return da.blockwise(
+        _resample_block, lead + (_OUT_ROWS,) + c_ind, grid, lead + _GRID[:k] + c_ind, prefix,
+        None if prefix is None else lead + (_PREFIX_ROWS,) + c_ind,
+        dict(taps=taps, dtype=dtype), None, new_axes={_OUT_ROWS: rows}, concatenate=False,
+        align_arrays=False, dtype=grid.dtype, meta=_meta(grid, nd - k + 1, grid.dtype),
+        token="arrpos-resample_grid")
