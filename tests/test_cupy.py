@@ -84,6 +84,21 @@ def test_parameter_structures_match_the_source():
     assert driver.FREQ_DTYPE.itemsize + 128 <= 4096
 
 
+def test_taps_block_matches_the_source():
+    """resample's by-value taps: block size and fields as kernels.cu declares them, within
+    the 4 KiB parameter space with the kernel's other arguments."""
+    from arrpos._backends.cuda import tap_blocks
+
+    src = driver.cuda_source()
+    m = re.search(r"#define ARRPOS_TAPS_BLOCK (\d+)", src)
+    assert m and int(m.group(1)) == tap_blocks.TAPS_BLOCK
+    assert re.search(r"struct taps_block \{\s*double w\[ARRPOS_TAPS_BLOCK\];\s*"
+                     r"int idx\[ARRPOS_TAPS_BLOCK\];\s*\};", src)
+    assert tap_blocks.TAPS_DTYPE.names == ("w", "idx")
+    assert tap_blocks.TAPS_DTYPE.itemsize == 12 * tap_blocks.TAPS_BLOCK
+    assert tap_blocks.TAPS_DTYPE.itemsize + 2 * 8 + 13 * 8 + 3 * 4 <= 4096
+
+
 def test_exact_split_is_not_left_to_the_compiler():
     """The angle split uses explicit round-to-nearest intrinsics: no compiler may contract
     p * w_hi into the reduction (finding 5 of the review)."""
@@ -283,6 +298,25 @@ def test_alibi_kernel_matches_generic(cpb, mode, dtype):
     assert got.shape == (12, 17, 300) and got.dtype == slopes.dtype
     rel = {"float16": 2**-11, "float32": 2**-24, "float64": 2**-53}[dtype]
     assert bool(cp.all(cp.abs(got - exact) <= cp.abs(exact) * rel * 1.01))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("antialias", [False, True])
+def test_resample_kernel_equals_numpy(cpb, dtype, antialias):
+    """The CUDA kernel's sums are the CPU path's (NumPy's generic code or its kernel) bit for
+    bit, with a class token, up and down (a shrink's taps in several launches)."""
+    cp, xp = cpb.module, cpb.xp
+    rng = np.random.default_rng(5)
+    table = (rng.standard_normal((2, 1 + 24 * 20, 48)) * 3).astype(dtype)
+    grid = cp.asarray(table)[:, 1:].reshape(2, 24, 20, 48)
+    assert _impl("resample_grid", xp, grid.dtype, grid, None) == (
+        "_xp" if _no_ext() else "cupy")
+    for new in ((40, 5), (7, 31)):
+        got = arrpos.resample(cp.asarray(table), new, old_size=(24, 20), prefix_tokens=1,
+                              method="cubic", antialias=antialias)
+        ref = arrpos.resample(table, new, old_size=(24, 20), prefix_tokens=1, method="cubic",
+                              antialias=antialias)
+        assert isinstance(got, cp.ndarray) and cp.asnumpy(got).tobytes() == ref.tobytes()
 
 
 def test_kernels_follow_the_current_stream(cpb):
