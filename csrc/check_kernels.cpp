@@ -1036,7 +1036,9 @@ void alibi_suite(Rng &rng, bool quick)
 // rows are long enough: 1, rows that are shifts (T5's buckets of key - query: windows of a
 // line); 2, random rows (each gathered); 3, shifts but for one element of the last row; 4,
 // Swin's relative_position_index of a window of rows = w * w tokens (shifts but for a column
-// every window row).
+// every window row; row i + w is row i moved w places: a period of w); 5, the same with one
+// element changed (the periodic rows' check); 6, rows of a period of 4 (ids depending on
+// i % 4 and j - i), any number of rows.
 template <class T, class I>
 void check_gather(Rng &rng, ptrdiff_t heads, ptrdiff_t buckets, ptrdiff_t rows, ptrdiff_t cols,
                   int kind)
@@ -1055,7 +1057,15 @@ void check_gather(Rng &rng, ptrdiff_t heads, ptrdiff_t buckets, ptrdiff_t rows, 
             idx[(size_t)(i * cols + j)] = kind == 0 || kind == 2
                                               ? (I)rng.below(buckets)
                                               : diagonal[(size_t)(j - i + rows - 1)];
-    if (kind == 4) {  // (dy + w - 1) * (2w - 1) + dx + w - 1, buckets (2w - 1)**2
+    if (kind == 6) {
+        std::vector<I> g((size_t)(4 * (rows + cols)));
+        for (auto &v : g)
+            v = (I)rng.below(buckets);
+        for (ptrdiff_t i = 0; i < rows; i++)
+            for (ptrdiff_t j = 0; j < cols; j++)
+                idx[(size_t)(i * cols + j)] = g[(size_t)((i % 4) * (rows + cols) + j - i + rows)];
+    }
+    if (kind == 4 || kind == 5) {  // (dy + w - 1) * (2w - 1) + dx + w - 1, buckets (2w - 1)**2
         const ptrdiff_t w = (ptrdiff_t)std::lround(std::sqrt((double)rows));
         for (ptrdiff_t i = 0; i < rows; i++)
             for (ptrdiff_t j = 0; j < cols; j++)
@@ -1064,12 +1074,17 @@ void check_gather(Rng &rng, ptrdiff_t heads, ptrdiff_t buckets, ptrdiff_t rows, 
     }
     if (kind == 3 && n > 0)
         idx[(size_t)(n - 1 - rng.below(cols))] = (I)((idx[(size_t)(n - 1)] + 1) % buckets);
+    if (kind == 5 && n > 0) {
+        const size_t at = (size_t)rng.below(n);
+        idx[at] = (I)((idx[at] + 1) % buckets);
+    }
     std::vector<U> want((size_t)(heads * n));
     for (ptrdiff_t h = 0; h < heads; h++)
         for (ptrdiff_t p = 0; p < n; p++)
             std::memcpy(&want[(size_t)(h * n + p)], &tv[(size_t)(h * buckets + idx[(size_t)p])],
                         sizeof(U));
-    const char *kinds[5] = {"1-D", "shifted rows", "any 2-D", "shifted but one", "Swin"};
+    const char *kinds[7] = {"1-D",  "shifted rows",   "any 2-D",  "shifted but one",
+                            "Swin", "Swin but one", "period 4"};
     const std::string name = std::string("relative_bias gather ") + Info<T>::name() + " index "
                              + std::to_string(8 * sizeof(I)) + "-bit " + kinds[kind] + " heads "
                              + std::to_string(heads) + " buckets " + std::to_string(buckets)
@@ -1144,6 +1159,14 @@ void gather_suite(Rng &rng, bool quick)
             gather_types<f16>(rng, s[0], s[1], s[2], s[3], kind);
             gather_types<bf16>(rng, s[0], s[1], s[2], s[3], kind);
         }
+    for (ptrdiff_t rows : {45, 48}) {  // a period of 4, the last line shorter or not
+        gather_types<float>(rng, 3, 40, rows, 140, 6);
+        gather_types<double>(rng, 3, 40, rows, 140, 6);
+        gather_types<f16>(rng, 3, 40, rows, 140, 6);
+        gather_types<bf16>(rng, 3, 40, rows, 140, 6);
+    }
+    for (ptrdiff_t w : {7, 12})  // Swin's windows, one id changed
+        gather_types<float>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, 5);
     for (ptrdiff_t w : {7, 12}) {  // Swin's windows: 49 tokens (short rows), 144
         gather_types<float>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, 4);
         gather_types<double>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, 4);

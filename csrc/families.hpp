@@ -30,21 +30,27 @@ constexpr ptrdiff_t kChunk = 1 << 18;  // bytes of output per chunk of the pool
 // n bytes from src (in cache) to dst: streamed past the cache (the instruction set's copy of
 // stream_copy, without its fence: a fence per row costs a third of the time; ``fence`` once
 // per chunk), or plain stores.
-inline void put(char *dst, const char *src, ptrdiff_t n, bool stream)
+inline void put(char *dst, const char *src, ptrdiff_t n, bool stream, int level)
 {
     if (!stream || n < 64) {
         std::memcpy(dst, src, (size_t)n);
         return;
     }
 #if ARRPOS_X86  // (SSE2 streaming stores on every x86-64 level)
-    const int level = simd_level();
     if (level >= 2)
         isa_avx512::copy_bytes(dst, src, n, true);
     else if (level == 1)
         isa_avx2::copy_bytes(dst, src, n, true);
     else
+#else
+    (void)level;
 #endif
         isa_portable::copy_bytes(dst, src, n, true);
+}
+
+inline void put(char *dst, const char *src, ptrdiff_t n, bool stream)
+{
+    put(dst, src, n, stream, stream ? simd_level() : 0);
 }
 
 // Consecutive pieces of one run of output, streamed in whole cache lines: a row whose length
@@ -53,7 +59,8 @@ inline void put(char *dst, const char *src, ptrdiff_t n, bool stream)
 // Pieces are staged in an L1-resident buffer and streamed up to the last line boundary.
 class Streamer {
   public:
-    Streamer(char *dst, bool stream) : dst_(dst), stream_(stream) {}
+    Streamer(char *dst, bool stream, int level) : dst_(dst), stream_(stream), level_(level) {}
+    Streamer(char *dst, bool stream) : Streamer(dst, stream, stream ? simd_level() : 0) {}
     ~Streamer() { flush(true); }
     void add(const char *src, ptrdiff_t n)
     {
@@ -63,7 +70,7 @@ class Streamer {
             return;
         }
         if (used_ == 0 && (((uintptr_t)dst_ | (uintptr_t)n) & 63) == 0) {  // whole lines
-            put(dst_, src, n, true);
+            put(dst_, src, n, true, level_);
             dst_ += n;
             return;
         }
@@ -87,7 +94,7 @@ class Streamer {
         ptrdiff_t n = all ? used_ : used_ - (ptrdiff_t)(((uintptr_t)dst_ + used_) & 63);
         if (n <= 0)
             return;
-        put(dst_, buf_, n, true);
+        put(dst_, buf_, n, true, level_);
         dst_ += n;
         std::memmove(buf_, buf_ + n, (size_t)(used_ - n));
         used_ -= n;
@@ -96,6 +103,7 @@ class Streamer {
     char *dst_;
     ptrdiff_t used_ = 0;
     bool stream_;
+    int level_;
 };
 
 // Streaming stores ordered before a chunk is reported done.
@@ -120,6 +128,19 @@ inline T scaled(typename Elem<T>::C s, int64_t d)
     else
         Elem<T>::store(&v, s * (typename Elem<T>::C)d);
     return v;
+}
+
+// Rows per chunk of a kernel whose chunk computes a line of (rows + k - 1) values and streams
+// its rows as windows of it: chunks of several kChunk, so that the line is a small part of
+// their work, yet at least eight a thread over all ``planes`` (heads).
+inline ptrdiff_t window_rows(ptrdiff_t planes, ptrdiff_t rows, ptrdiff_t rowb, int nthreads)
+{
+    const ptrdiff_t least = kChunk / rowb > 0 ? kChunk / rowb : 1;
+    const ptrdiff_t even = planes * rows / (8 * (ptrdiff_t)nthreads);
+    ptrdiff_t per = 4 * least;
+    if (per > even)
+        per = even > least ? even : least;
+    return per;
 }
 
 // ---- alibi_bias: (heads, q, k) -------------------------------------------------------------
@@ -188,8 +209,7 @@ void alibi_bias(AlibiJob job, int nthreads)
 {
     if (job.heads == 0 || job.q == 0 || job.k == 0)
         return;
-    const ptrdiff_t rowb = job.k * (ptrdiff_t)sizeof(T);
-    job.chunk_rows = kChunk / rowb > 0 ? kChunk / rowb : 1;
+    job.chunk_rows = window_rows(job.heads, job.q, job.k * (ptrdiff_t)sizeof(T), nthreads);
     job.chunks_per_head = (job.q + job.chunk_rows - 1) / job.chunk_rows;
     parallel_for(job.heads * job.chunks_per_head, nthreads, alibi_chunk<T>, &job);
 }
@@ -368,16 +388,19 @@ bool alibi_mask(MaskJob job, int nthreads)
 // buckets), each head's row in cache. A 2-D index whose rows are shifts of each other
 // (index[i, j] = index[i-1, j-1]: T5's and every bucket of key - query) is one line of q + k - 1
 // ids, so each output row is a window of that line's values, copied like alibi_bias's rows;
-// any other index is gathered in tiles, each read once (as int32) for every head, with the
-// instruction set's gathers.
+// so is each residue's rows of an index of a period p (index[i, j] = index[i-p, j-p]: Swin's
+// of a w x w window, p = w). Rows that are shifts but for a few columns (BEiT's) move on from
+// the row before; any other index is gathered in tiles, each read once (as int32) for every
+// head, with the instruction set's gathers.
 struct GatherJob {
     const char *table;  // (heads, buckets) of U
     const uint32_t *wide;  // 16-bit tables: the same (heads, buckets) widened (vector gathers)
     const char *index;  // (n,) of I; (rows, n / rows) when rows > 0
     char *out;  // (heads, n) of U
     ptrdiff_t heads, buckets, n, rows, tile, cols, chunk_rows, chunks_per_head;
-    const int64_t *line;  // the shifted rows' ids: line[rows - 1 - i + j] = index[i, j]
-    const char *iline;  // the same line of I, compared with the index's rows
+    ptrdiff_t period, blocks_per_line;  // window_chunk's rows (see there)
+    const ptrdiff_t *line_at;  // where each block's line ids start in ids
+    int32_t *ids;
     int level;  // the instruction set of the gathers
     bool stream;
     std::atomic<int> *bad;  // bit 1: an index outside [0, buckets); bit 2: rows not shifts
@@ -503,38 +526,113 @@ void gather_chunk(void *ctx, ptrdiff_t c)
     fence(j.stream);
 }
 
-// The rows of one head's chunk: windows of the line. The first head's chunks first compare
-// their index rows with the line (bit 2 and nothing written where one is not a shift: the
-// caller then gathers the whole output in tiles, so what other chunks wrote is replaced).
+// The periodic rows' chunks: block b (of blocks_per_line) of line res holds the rows
+// res + t * p, t0 <= t < t1 (none where t0 >= t1).
+inline void line_block(const GatherJob &j, ptrdiff_t block, ptrdiff_t &t0, ptrdiff_t &t1)
+{
+    const ptrdiff_t p = j.period, res = block / j.blocks_per_line;
+    const ptrdiff_t count = (j.rows - res + p - 1) / p;  // rows of this line
+    t0 = (block % j.blocks_per_line) * j.chunk_rows;
+    t1 = t0 + j.chunk_rows < count ? t0 + j.chunk_rows : count;
+}
+
+// Rows of one head that are windows of one line: rows c, c + p, c + 2p, ... of a period p,
+// each the one p rows before moved p places right, with new ids in its first p columns. Row
+// c + t * p is the line's window at (count - 1 - t) * p, so a block of rows t0 <= t < t1 needs
+// the first p ids of rows t1 - 1 down to t0 + 1, then row t0 whole: line_ids_chunk reads and
+// checks them once for every head (bit 1 where one is out of range).
+template <class I>
+void line_ids_chunk(void *ctx, ptrdiff_t block)
+{
+    const GatherJob &j = *(const GatherJob *)ctx;
+    ptrdiff_t t0, t1;
+    line_block(j, block, t0, t1);
+    const ptrdiff_t p = j.period, k = j.cols;
+    const I *idx = (const I *)j.index + (block / j.blocks_per_line) * k;
+    int32_t *ids = j.ids + j.line_at[block];
+    bool ok = true;
+    for (ptrdiff_t t = t1 - 1; t >= t0; t--) {
+        const I *row = idx + t * p * k;
+        const ptrdiff_t n = t > t0 ? p : k;
+        for (ptrdiff_t m = 0; m < n; m++) {
+            ok &= (uint64_t)(int64_t)row[m] < (uint64_t)j.buckets;
+            ids[m] = (int32_t)row[m];
+        }
+        ids += n;
+    }
+    if (!ok)
+        j.bad->fetch_or(1, std::memory_order_relaxed);
+}
+
+// A block's rows for one head: the line's values gathered once, then each row streamed from
+// them. The first head's chunks check, between them, that each row of the index from p on is
+// the row p before it moved (bit 2 and nothing written where one is not: the caller then
+// takes another path for the whole output, so what other chunks wrote is replaced); the other
+// ids are then the lines', all in range. Each checks a run of consecutive rows (a line's own
+// rows lie p apart: a read the prefetchers miss).
 template <class U, class I>
 void window_chunk(void *ctx, ptrdiff_t c)
 {
     const GatherJob &j = *(const GatherJob *)ctx;
     if (j.bad->load(std::memory_order_relaxed))
         return;
-    const ptrdiff_t h = c / j.chunks_per_head, r0 = (c % j.chunks_per_head) * j.chunk_rows;
-    const ptrdiff_t r1 = r0 + j.chunk_rows < j.rows ? r0 + j.chunk_rows : j.rows;
-    const ptrdiff_t k = j.cols, len = (r1 - r0) + k - 1, first = j.rows - r1;
+    const ptrdiff_t p = j.period, blocks = p * j.blocks_per_line;
+    const ptrdiff_t h = c / blocks, block = c % blocks, res = block / j.blocks_per_line;
+    const ptrdiff_t k = j.cols;
     if (h == 0) {
-        const I *idx = (const I *)j.index, *il = (const I *)j.iline;
-        for (ptrdiff_t i = r0; i < r1; i++)
-            if (std::memcmp(idx + i * k, il + (j.rows - 1 - i), (size_t)k * sizeof(I))) {
+        const I *idx = (const I *)j.index;
+        const ptrdiff_t r0 = block * j.rows / blocks, r1 = (block + 1) * j.rows / blocks;
+        for (ptrdiff_t r = r0 > p ? r0 : p; r < r1; r++)
+            if (std::memcmp(idx + r * k + p, idx + (r - p) * k, (size_t)(k - p) * sizeof(I))) {
                 j.bad->fetch_or(2, std::memory_order_relaxed);
                 return;
             }
     }
-    const U *row = (const U *)j.table + h * j.buckets;
-    std::vector<U> seg((size_t)len);
-    U *L = seg.data();
-    for (ptrdiff_t u = 0; u < len; u++)
-        L[u] = row[j.line[first + u]];
+    ptrdiff_t t0, t1;
+    line_block(j, block, t0, t1);
+    if (t0 >= t1)
+        return;
+    const ptrdiff_t len = (t1 - 1 - t0) * p + k;
+    // the values: in a buffer each thread keeps (up to a bound: an allocation per chunk costs
+    // a few per cent of it)
+    constexpr ptrdiff_t kKept = (ptrdiff_t)(256 << 10) / (ptrdiff_t)sizeof(U);
+    thread_local std::vector<U> kept;
+    std::unique_ptr<U[]> big;
+    if (len > kKept)
+        big.reset(new U[(size_t)len]);
+    else if ((ptrdiff_t)kept.size() < len)
+        kept.resize((size_t)kKept);
+    U *L = len > kKept ? big.get() : kept.data();
+    gather_row<U>(j.level, L, (const U *)j.table + h * j.buckets,
+                  j.wide ? j.wide + h * j.buckets : nullptr, j.ids + j.line_at[block], len);
     const ptrdiff_t rowb = k * (ptrdiff_t)sizeof(U);
-    {
-        Streamer out(j.out + (h * j.rows + r0) * rowb, j.stream);
-        for (ptrdiff_t i = r0; i < r1; i++)
-            out.add((const char *)(L + (r1 - 1 - i)), rowb);
+    char *base = j.out + h * j.n * (ptrdiff_t)sizeof(U);
+    const int level = j.stream ? j.level : 0;
+    if (p == 1) {  // consecutive rows: one run of output
+        Streamer out(base + t0 * rowb, j.stream, level);
+        for (ptrdiff_t t = t0; t < t1; t++)
+            out.add((const char *)(L + (t1 - 1 - t)), rowb);
+    } else {
+        for (ptrdiff_t t = t0; t < t1; t++) {
+            Streamer out(base + (res + t * p) * rowb, j.stream, level);
+            out.add((const char *)(L + (t1 - 1 - t) * p), rowb);
+        }
     }
     fence(j.stream);
+}
+
+// The period of a 2-D index's rows: the least p (up to rows / 4 and 256) whose row p is row 0
+// moved p places right; 0 where none is (only row p is compared: window_chunk checks the rest).
+template <class I>
+ptrdiff_t row_period(const I *idx, ptrdiff_t rows, ptrdiff_t k)
+{
+    const ptrdiff_t most = rows / 4 < 256 ? rows / 4 : 256;
+    if (rows >= 2 && !std::memcmp(idx + k + 1, idx, (size_t)(k - 1) * sizeof(I)))
+        return 1;
+    for (ptrdiff_t p = 2; p <= most && p < k; p++)
+        if (!std::memcmp(idx + p * k + p, idx, (size_t)(k - p) * sizeof(I)))
+            return p;
+    return 0;
 }
 
 // Rows [r0, r1) of a 2-D index that is not all shifts (Swin's and BEiT's: shifts but for
@@ -625,32 +723,6 @@ bool gather(GatherJob job, int nthreads)
     std::atomic<int> bad{0};
     job.bad = &bad;
     job.cols = job.rows > 0 ? job.n / job.rows : 0;
-    // windows pay when a row is long enough to stream from the line (a shorter row is staged
-    // by the tile gather anyway)
-    if (job.rows >= 2 && job.cols * (ptrdiff_t)sizeof(U) >= 256) {
-        const ptrdiff_t len = job.rows + job.cols - 1;
-        std::vector<int64_t> line((size_t)len);
-        std::vector<I> iline((size_t)len);
-        const I *idx = (const I *)job.index;
-        for (ptrdiff_t u = 0; u < job.rows - 1; u++)  // column 0, bottom row up
-            iline[(size_t)u] = idx[(job.rows - 1 - u) * job.cols];
-        for (ptrdiff_t m = 0; m < job.cols; m++)  // row 0
-            iline[(size_t)(job.rows - 1 + m)] = idx[m];
-        for (ptrdiff_t u = 0; u < len; u++) {
-            line[(size_t)u] = (int64_t)iline[(size_t)u];
-            if ((uint64_t)line[(size_t)u] >= (uint64_t)job.buckets)
-                return false;  // (an index value, whatever the rows are)
-        }
-        job.line = line.data();
-        job.iline = (const char *)iline.data();
-        const ptrdiff_t rowb = job.cols * (ptrdiff_t)sizeof(U);
-        job.chunk_rows = kChunk / rowb > 0 ? kChunk / rowb : 1;
-        job.chunks_per_head = (job.rows + job.chunk_rows - 1) / job.chunk_rows;
-        parallel_for(job.heads * job.chunks_per_head, nthreads, window_chunk<U, I>, &job);
-        if (bad.load() == 0)
-            return true;
-        bad.store(0);
-    }
     job.level = simd_level();
     std::vector<uint32_t> wide;
     job.wide = nullptr;
@@ -660,6 +732,43 @@ bool gather(GatherJob job, int nthreads)
         for (size_t u = 0; u < wide.size(); u++)
             wide[u] = t[u];
         job.wide = wide.data();
+    }
+    // windows pay when a row is long enough to stream from the line (a shorter row is staged
+    // by the tile gather anyway)
+    const ptrdiff_t p = job.rows >= 2 && job.cols * (ptrdiff_t)sizeof(U) >= 256
+                            ? row_period((const I *)job.index, job.rows, job.cols) : 0;
+    if (p > 0) {
+        const ptrdiff_t k = job.cols;
+        job.period = p;
+        const ptrdiff_t most = (job.rows + p - 1) / p;
+        const ptrdiff_t per = window_rows(job.heads, job.rows, k * (ptrdiff_t)sizeof(U),
+                                          nthreads);
+        job.chunk_rows = per < most ? per : most;
+        job.blocks_per_line = (most + job.chunk_rows - 1) / job.chunk_rows;
+        const ptrdiff_t blocks = p * job.blocks_per_line;
+        std::vector<ptrdiff_t> at((size_t)blocks + 1);
+        for (ptrdiff_t b = 0; b < blocks; b++) {
+            ptrdiff_t t0, t1;
+            line_block(job, b, t0, t1);
+            at[(size_t)b + 1] = at[(size_t)b] + (t1 > t0 ? (t1 - 1 - t0) * p + k : 0);
+        }
+        // (kept by the calling thread up to a bound: a fresh one costs page faults a call)
+        thread_local std::vector<int32_t> kept;
+        std::vector<int32_t> big;
+        const ptrdiff_t nids = at[(size_t)blocks];
+        if (nids > (ptrdiff_t)(1 << 20))
+            big.resize((size_t)nids);
+        else if ((ptrdiff_t)kept.size() < nids)
+            kept.resize((size_t)nids);
+        job.line_at = at.data();
+        job.ids = nids > (ptrdiff_t)(1 << 20) ? big.data() : kept.data();
+        parallel_for(blocks, nthreads, line_ids_chunk<I>, &job);
+        if (bad.load())  // (an id out of range is refused whatever the rows)
+            return false;
+        parallel_for(job.heads * blocks, nthreads, window_chunk<U, I>, &job);
+        if (bad.load() == 0)
+            return true;
+        bad.store(0);  // rows that are not windows: another path
     }
     if (job.rows >= 2 && job.cols * (ptrdiff_t)sizeof(U) >= 256) {
         // rows of a few dozen: the gathered first row of each is a small part

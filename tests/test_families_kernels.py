@@ -196,19 +196,26 @@ def _window_index(w, cls):
 
 
 @settings(max_examples=60, deadline=None)
-@given(kind=st.sampled_from(["t5", "swin", "beit", "random rows"]), w=st.integers(8, 20),
+@given(kind=st.sampled_from(["t5", "swin", "beit", "random rows", "period"]),
+       w=st.integers(8, 20),
        heads=st.integers(1, 17), dtype=st.sampled_from(DTYPES),
        idt=st.sampled_from([np.int64, np.int32]), edits=st.integers(0, 3), data=st.data())
 def test_relative_bias_2d_index_paths_equal_generic(kind, w, heads, dtype, idt, edits, data):
-    # the compiled gather's row paths (windows of one line, rows moved on from the row before
-    # with changed columns looked up, whole rows gathered), with a few ids edited anywhere so
-    # that each path meets the rows it must not take
+    # the compiled gather's row paths (windows of lines: rows of a period p, each row p places
+    # on from the one p rows before; rows moved on from the row before with changed columns
+    # looked up; whole rows gathered), with a few ids edited anywhere so that each path meets
+    # the rows it must not take
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     if kind == "t5":
         q = data.draw(st.integers(2, 130))
         index = np.asarray(arrpos.t5_bucket(arrpos.relative_positions(q, w * w)))
     elif kind == "random rows":
         index = rng.integers(0, 50, size=(data.draw(st.integers(2, 70)), w * w))
+    elif kind == "period":  # ids of (i % p, j - i): Swin's rows are of a period of w
+        p, q = data.draw(st.integers(2, 6)), data.draw(st.integers(8, 90))
+        ids = rng.integers(0, 40, size=(p, q + w * w))
+        i, j = np.arange(q)[:, None], np.arange(w * w)[None, :]
+        index = ids[i % p, j - i + q]
     else:
         index = _window_index(w, kind == "beit")
     index = index.astype(idt)
