@@ -762,7 +762,9 @@ bool gather(GatherJob job, int nthreads)
             kept.resize((size_t)nids);
         job.line_at = at.data();
         job.ids = nids > (ptrdiff_t)(1 << 20) ? big.data() : kept.data();
-        parallel_for(blocks, nthreads, line_ids_chunk<I>, &job);
+        // (a few thousand ids: waking the pool would cost more than reading them)
+        parallel_for(blocks, nids < (ptrdiff_t)(1 << 16) ? 1 : nthreads, line_ids_chunk<I>,
+                     &job);
         if (bad.load())  // (an id out of range is refused whatever the rows)
             return false;
         parallel_for(job.heads * blocks, nthreads, window_chunk<U, I>, &job);
