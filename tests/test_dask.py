@@ -331,6 +331,35 @@ def test_rope_cos_sin_runs_no_task_it_can_do_without():
     assert counted.count > 2 * 7 + 3
 
 
+def test_chunks_written_into_a_canvas_choose_stores_by_the_whole(monkeypatch):
+    """A chunk's kernel writes one part of the canvas: streaming stores (no read of lines it
+    overwrites) follow the canvas's size, not the chunk's, since the whole output is what
+    cannot stay in the cache; the values are the NumPy ones either way."""
+    from arrpos._backends import whole_output_bytes, writing_part_of
+    from arrpos._backends.dask import graph
+    from arrpos._backends.host import driver
+
+    small = driver.PARALLEL_MIN_BYTES
+    assert not driver.streams(small) and whole_output_bytes() == 0
+    with writing_part_of(driver.STREAM_MIN_BYTES):
+        assert driver.streams(small) and driver.threads_and_stores(16)[1]
+    assert not driver.streams(small)
+    seen = []
+
+    def record(nbytes):
+        seen.append(nbytes)
+        return writing_part_of(nbytes)
+
+    monkeypatch.setattr(graph, "writing_part_of", record)
+    inv, _ = arrpos.rope_frequencies(16)
+    rc, rs = arrpos.rope_cos_sin(np.arange(700), inv, dtype=np.float32)
+    got = dask.compute(*arrpos.rope_cos_sin(da.arange(700, chunks=100), da.from_array(inv),
+                                            dtype=np.float32), scheduler="threads")
+    np.testing.assert_array_equal(got[0], rc)
+    np.testing.assert_array_equal(got[1], rs)
+    assert seen and set(seen) == {rc.nbytes + rs.nbytes}  # each chunk: both whole tables
+
+
 def test_graph_pickles_and_runs_unpickled():
     """Workers receive tasks pickled: every task function is a module-level function."""
     from dask.local import get_sync

@@ -36,3 +36,22 @@ def one_thread_per_call():
 def one_thread_wanted() -> bool:
     """Whether the current Python thread is inside :func:`one_thread_per_call`."""
     return getattr(_CALLER, "one_thread", False)
+
+
+@_contextlib.contextmanager
+def writing_part_of(nbytes: int):
+    """Within this block (in this Python thread) each kernel call's output is one part of an
+    output of ``nbytes`` (a Dask chunk written into its canvas): the kernels choose their
+    stores by that size, since the whole output, not the part, decides whether it can stay
+    in the cache."""
+    before = getattr(_CALLER, "whole_bytes", 0)
+    _CALLER.whole_bytes = nbytes
+    try:
+        yield
+    finally:
+        _CALLER.whole_bytes = before
+
+
+def whole_output_bytes() -> int:
+    """The ``nbytes`` of the enclosing :func:`writing_part_of` (0 outside one)."""
+    return getattr(_CALLER, "whole_bytes", 0)

@@ -32,7 +32,7 @@ from dask.layers import ArraySliceDep
 
 from ... import _dispatch
 from ..._lib import array_namespace, backend_name, check_index
-from .. import Unsupported, one_thread_per_call, ops
+from .. import Unsupported, one_thread_per_call, ops, writing_part_of
 from . import canvas as _canvas
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
@@ -130,8 +130,16 @@ def _chunk_call(op, args, arrays, opts, out=None, check=None):
         if out is None:
             return _dispatch.call(op, xp, *args, arrays=arrays,
                                   check=None if check is None else lambda: check(xp), **opts)
-        _dispatch.call(op, xp, *args, arrays=arrays, out=out, **opts)
+        with writing_part_of(sum(_memory_of(o).nbytes for o in _as_tuple(out))):
+            _dispatch.call(op, xp, *args, arrays=arrays, out=out, **opts)
     return out
+
+
+def _memory_of(view):
+    """The array whose memory ``view`` is part of (a canvas region's: the whole canvas)."""
+    while isinstance(view.base, np.ndarray):
+        view = view.base
+    return view
 
 
 def _regions(canvases, region):

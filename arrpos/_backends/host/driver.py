@@ -24,7 +24,7 @@ import threading
 
 import numpy as np
 
-from .. import Unsupported, _cpu, _xp, memory, one_thread_wanted
+from .. import Unsupported, _cpu, _xp, memory, one_thread_wanted, whole_output_bytes
 
 __all__ = ["ALIBI_MODES", "APPLY_TYPES", "BF16", "BLOCK_MIN_BYTES", "F16", "F32", "F64",
            "PARALLEL_MIN_BYTES", "alibi_bias_into", "alibi_mask_into", "alibi_positions_into",
@@ -33,8 +33,8 @@ __all__ = ["ALIBI_MODES", "APPLY_TYPES", "BF16", "BLOCK_MIN_BYTES", "F16", "F32"
            "STREAM_MIN_BYTES", "TABLE_CACHE_BYTES", "bind_cached", "block_rows", "cache_clear",
            "check_ids", "code_of", "empty", "empty_bytes", "have_threads", "instruction_set",
            "max_threads", "numpy_dtype", "qk_outputs_apart", "rope_table_into", "rotate",
-           "rotation_tables", "sinusoid_into", "stream_copy", "stream_fill", "table_cache_bytes",
-           "table_code", "thread_count", "threads_and_stores"]
+           "rotation_tables", "sinusoid_into", "stream_copy", "stream_fill", "streams",
+           "table_cache_bytes", "table_code", "thread_count", "threads_and_stores"]
 
 # ---- type codes ------------------------------------------------------------------------------
 
@@ -112,11 +112,17 @@ def thread_count(nbytes: int) -> int:
     return 1 if nbytes < PARALLEL_MIN_BYTES or one_thread_wanted() else _MAX_THREADS
 
 
+def streams(nbytes: int) -> bool:
+    """Streaming stores for an output of ``nbytes``, or for the part of a larger one
+    (``writing_part_of``: a Dask chunk of its canvas) that it is."""
+    return max(nbytes, whole_output_bytes()) >= STREAM_MIN_BYTES
+
+
 def threads_and_stores(nbytes: int) -> tuple[int, bool]:
     """Threads and streaming stores for an output of ``nbytes``."""
     if nbytes < PARALLEL_MIN_BYTES:  # decode-sized: one thread, cached stores
-        return 1, False
-    return thread_count(nbytes), nbytes >= STREAM_MIN_BYTES
+        return 1, streams(0)
+    return thread_count(nbytes), streams(nbytes)
 
 
 def empty_bytes(nbytes: int):
@@ -266,7 +272,7 @@ def _table(positions, hi, lo, out, code, width, layout, scale=1.0, sin_out=None)
     n = pos.shape[0]
     nbytes = out.nbytes * (2 if sin_out is not None else 1)
     nthreads = thread_count(nbytes)
-    stream = nbytes >= STREAM_MIN_BYTES
+    stream = streams(nbytes)
     a = _rows(out, n, width)
     if sin_out is None:
         _cpu.sinusoid_table(pos, rc, rs, pc, ps, hi, lo, a, code, _LAYOUT_CODE[layout],
@@ -338,7 +344,7 @@ def bind_cached(shape, dtype, tx: int, tc: int, interleaved: bool, inverse: bool
     def cached(x, cos_cache, sin_cache, position_ids, out):
         if allocate:
             out = allocate(shape, dtype)
-        nthreads, stream = (1, False) if small else threads_and_stores(nbytes)
+        nthreads, stream = (1, streams(0)) if small else threads_and_stores(nbytes)
         kernel(x, cos_cache, sin_cache, position_ids, out, tx, tc, interleaved, inverse,
                nthreads, stream)
         return out
