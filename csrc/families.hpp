@@ -117,6 +117,43 @@ inline void fence(bool stream)
 #endif
 }
 
+}  // namespace fam
+}  // namespace arrpos
+
+#if ARRPOS_X86
+ARRPOS_PUSH_AVX512
+namespace arrpos { namespace fam { namespace isa_avx512 {
+#include "scale.inc"
+}}}
+ARRPOS_POP
+ARRPOS_PUSH_AVX2
+namespace arrpos { namespace fam { namespace isa_avx2 {
+#include "scale.inc"
+}}}
+ARRPOS_POP
+#endif
+namespace arrpos { namespace fam { namespace isa_portable {
+#include "scale.inc"
+}}}
+
+namespace arrpos {
+namespace fam {
+
+// scale_row at the instruction set ``level``.
+template <class T>
+inline void scale_row(int level, T *dst, const T *x, T s, ptrdiff_t n)
+{
+#if ARRPOS_X86
+    if (level >= 2)
+        return isa_avx512::scale_row<T>(dst, x, s, n);
+    if (level == 1)
+        return isa_avx2::scale_row<T>(dst, x, s, n);
+#else
+    (void)level;
+#endif
+    isa_portable::scale_row<T>(dst, x, s, n);
+}
+
 // slope * d in the generic path's arithmetic: float32/float64 slopes multiply the distance
 // converted to their own type; 16-bit ones form the exact float64 product, rounded once.
 template <class T>
@@ -348,20 +385,20 @@ void mask_chunk(void *ctx, ptrdiff_t c)
         return;
     }
     const ptrdiff_t rowb = j.k * (ptrdiff_t)sizeof(T);
-    std::vector<T> row(j.stream ? (size_t)j.k : 1);
+    const int level = simd_level();
+    std::unique_ptr<T[]> row(new T[j.stream ? (size_t)j.k : 1]);
     for (ptrdiff_t h = h0; h < h1; h++) {
         const typename Elem<T>::C s = Elem<T>::load((const T *)j.slopes + h);
         char *dst = j.out + (b * j.heads + h) * rowb;
-        T *r = j.stream ? row.data() : (T *)dst;  // cached stores: straight into the output
+        T *r = j.stream ? row.get() : (T *)dst;  // cached stores: straight into the output
         if constexpr (sizeof(T) == 2) {
             for (ptrdiff_t i = 0; i < j.k; i++)
                 r[i] = scaled<T>(s, pos[i]);
         } else {
-            for (ptrdiff_t i = 0; i < j.k; i++)
-                r[i] = s * pos[i];
+            scale_row<T>(level, r, pos, s, j.k);
         }
         if (j.stream)
-            put(dst, (const char *)r, rowb, true);
+            put(dst, (const char *)r, rowb, true, level);
     }
     fence(j.stream);
 }
