@@ -687,6 +687,17 @@ def test_resample_grids_and_relative_table_on_dask():
     assert _compute(got)[0].tobytes() == ref.tobytes()
 
 
+def test_resample_three_grid_axes_on_dask():
+    # Video Swin's tables: three window axes (one blockwise index per grid axis, any number)
+    rel = RNG.standard_normal((5 * 5 * 5 + 2, 4))
+    got = arrpos.resize_relative_table(da.from_array(rel, chunks=(40, 2)), (4, 3, 3),
+                                       extra_tokens=2)
+    layers = {k[0] if isinstance(k, tuple) else k for k in got.__dask_graph__().keys()}
+    assert any(str(n).startswith("arrpos-resample_grid-") for n in layers)
+    ref = arrpos.resize_relative_table(rel, (4, 3, 3), extra_tokens=2)
+    assert _compute(got)[0].tobytes() == np.asarray(ref).tobytes()
+
+
 def test_resample_graph_computes_nothing_while_built_and_pickles():
     from dask.local import get_sync
 

@@ -51,7 +51,8 @@ _CHUNK_KINDS = ("numpy",)
 # (positions, x, q); these name the other axes, which are taken whole
 _FEATURE, _TABLE, _COORDS, _FREQ, _CACHE_ROW, _K_AXIS = 1000, 1001, 1002, 1003, 1004, 2000
 _HEADS, _ROWS, _KH, _KW = 1005, 1006, 1007, 1008
-_GRID, _PREFIX_ROWS, _OUT_ROWS = (1009, 1010), 1011, 1012
+_PREFIX_ROWS, _OUT_ROWS = 1011, 1012
+_GRID = 3000  # resample's grid axes: _GRID, _GRID + 1, ... (any number of them)
 
 
 def _served(a, unknown_ok=False) -> bool:
@@ -652,7 +653,8 @@ def resample_grid(grid, prefix, *, taps, dtype, xp):
     grid = _whole(grid, range(nd - k - 1, nd - 1))
     channels = _no_single_channel(grid.chunks[-1])
     grid = grid.rechunk({nd - 1: channels}) if channels != grid.chunks[-1] else grid
-    pairs = [grid, lead + _GRID[:k] + c_ind]
+    grid_ind = tuple(range(_GRID, _GRID + k))
+    pairs = [grid, lead + grid_ind + c_ind]
     p = 0
     if prefix is not None:
         prefix = _whole(prefix, [-2]).rechunk({prefix.ndim - 1: channels})
@@ -664,7 +666,7 @@ def resample_grid(grid, prefix, *, taps, dtype, xp):
     rows = p + math.prod(n if t is None else t[0].shape[0]
                          for n, t in zip(grid.shape[nd - k - 1:nd - 1], taps))
     return da.blockwise(
-        _resample_block, lead + (_OUT_ROWS,) + c_ind, grid, lead + _GRID[:k] + c_ind, prefix,
+        _resample_block, lead + (_OUT_ROWS,) + c_ind, grid, lead + grid_ind + c_ind, prefix,
         None if prefix is None else lead + (_PREFIX_ROWS,) + c_ind,
         dict(taps=taps, dtype=dtype), None, new_axes={_OUT_ROWS: rows}, concatenate=False,
         align_arrays=False, dtype=grid.dtype, meta=_meta(grid, nd - k + 1, grid.dtype),
