@@ -434,7 +434,7 @@ struct GatherJob {
     const uint32_t *wide;  // 16-bit tables: the same (heads, buckets) widened (vector gathers)
     const char *index;  // (n,) of I; (rows, n / rows) when rows > 0
     char *out;  // (heads, n) of U
-    ptrdiff_t heads, buckets, n, rows, tile, cols, chunk_rows, chunks_per_head;
+    ptrdiff_t heads, buckets, n, rows, tile, cols, chunk_rows;
     ptrdiff_t period, blocks_per_line;  // window_chunk's rows (see there)
     const ptrdiff_t *line_at;  // where each block's line ids start in ids
     int32_t *ids;
