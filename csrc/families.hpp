@@ -117,42 +117,10 @@ inline void fence(bool stream)
 #endif
 }
 
-}  // namespace fam
-}  // namespace arrpos
-
-#if ARRPOS_X86
-ARRPOS_PUSH_AVX512
-namespace arrpos { namespace fam { namespace isa_avx512 {
-#include "scale.inc"
-}}}
-ARRPOS_POP
-ARRPOS_PUSH_AVX2
-namespace arrpos { namespace fam { namespace isa_avx2 {
-#include "scale.inc"
-}}}
-ARRPOS_POP
-#endif
-namespace arrpos { namespace fam { namespace isa_portable {
-#include "scale.inc"
-}}}
-
-namespace arrpos {
-namespace fam {
-
-// scale_row at the instruction set ``level``.
+// dst[i] = s * x[i] at the instruction set ``level`` (scale.inc; defined with the other rows
+// compiled per instruction set, below).
 template <class T>
-inline void scale_row(int level, T *dst, const T *x, T s, ptrdiff_t n)
-{
-#if ARRPOS_X86
-    if (level >= 2)
-        return isa_avx512::scale_row<T>(dst, x, s, n);
-    if (level == 1)
-        return isa_avx2::scale_row<T>(dst, x, s, n);
-#else
-    (void)level;
-#endif
-    isa_portable::scale_row<T>(dst, x, s, n);
-}
+inline void scale_row(int level, T *dst, const T *x, T s, ptrdiff_t n);
 
 // slope * d in the generic path's arithmetic: float32/float64 slopes multiply the distance
 // converted to their own type; 16-bit ones form the exact float64 product, rounded once.
@@ -902,22 +870,40 @@ ARRPOS_PUSH_AVX512
 namespace arrpos { namespace fam { namespace isa_avx512 {
 #include "conv.inc"
 #include "resample.inc"
+#include "scale.inc"
 }}}
 ARRPOS_POP
 ARRPOS_PUSH_AVX2
 namespace arrpos { namespace fam { namespace isa_avx2 {
 #include "conv.inc"
 #include "resample.inc"
+#include "scale.inc"
 }}}
 ARRPOS_POP
 #endif
 namespace arrpos { namespace fam { namespace isa_portable {
 #include "conv.inc"
 #include "resample.inc"
+#include "scale.inc"
 }}}
 
 namespace arrpos {
 namespace fam {
+
+// scale_row at the instruction set ``level``.
+template <class T>
+inline void scale_row(int level, T *dst, const T *x, T s, ptrdiff_t n)
+{
+#if ARRPOS_X86
+    if (level >= 2)
+        return isa_avx512::scale_row<T>(dst, x, s, n);
+    if (level == 1)
+        return isa_avx2::scale_row<T>(dst, x, s, n);
+#else
+    (void)level;
+#endif
+    isa_portable::scale_row<T>(dst, x, s, n);
+}
 
 template <class T>
 void conv_chunk(void *ctx, ptrdiff_t c)
