@@ -24,7 +24,7 @@ fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 # the flags of setup.py (-O3: the portable level as the compiler vectorises it)
-flags=(-std=c++17 -O3 -ffp-contract=off -fno-math-errno -pthread -Wall -Wextra -Icsrc)
+flags=(-std=c++17 -O3 -ffp-contract=off -fno-math-errno -fno-trapping-math -pthread -Wall -Wextra -Icsrc)
 aarch64-linux-gnu-g++ "${flags[@]}" csrc/check_kernels.cpp -o "$out/check_aarch64"
 echo "-- aarch64 under qemu"
 qemu-aarch64 -L /usr/aarch64-linux-gnu "$out/check_aarch64" --quick --expect neon

@@ -24,7 +24,7 @@ fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 # -static: no MinGW DLLs to find at run time (libstdc++, winpthread)
-"$cxx" -std=c++17 -O3 -ffp-contract=off -fno-math-errno -Wall -Wextra -Icsrc \
+"$cxx" -std=c++17 -O3 -ffp-contract=off -fno-math-errno -fno-trapping-math -Wall -Wextra -Icsrc \
     csrc/check_kernels.cpp -o "$out/check_kernels.exe" -static
 echo "-- built $(file -b "$out/check_kernels.exe" 2>/dev/null || echo check_kernels.exe)"
 export WINEPREFIX="$out/wine" WINEDEBUG=-all

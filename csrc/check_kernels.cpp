@@ -4,7 +4,7 @@
 // open, as tests/test_adversarial_kernels.py compares). No Python: it includes the kernel
 // headers directly, so it runs under qemu-user (aarch64) and Wine, and natively here.
 //
-//   g++ -std=c++17 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc
+//   g++ -std=c++17 -O2 -ffp-contract=off -fno-math-errno -fno-trapping-math -pthread -Icsrc
 //       csrc/check_kernels.cpp -o check_kernels
 //   ./check_kernels [--expect LEVEL_NAME] [--exhaustive] [--quick]
 //

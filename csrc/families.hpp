@@ -808,8 +808,10 @@ struct ConvJob {
     bool residual;
 };
 
-// The GELU's erfc series (arrpos/_conv.py's _ERFC_CHEB, the same 30 numbers).
+// The GELU's erfc series (arrpos/_backends/_xp.py's _ERFC_CHEB, the same 30 numbers; float
+// sums the first _ERFC_TERMS_FLOAT32 of them).
 constexpr int kErfcTerms = 30;
+constexpr int kErfcTermsFloat = 14;
 constexpr double kErfcCheb[kErfcTerms] = {
     -0.6513268598908547,
     0.6419697923564902,

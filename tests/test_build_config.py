@@ -67,7 +67,7 @@ def test_flags_per_compiler(platform):
         assert {"/O2", "/std:c++17", "/fp:precise"} <= set(flags)
         assert all(f.startswith("/") for f in flags)
     else:
-        assert {"-O3", "-std=c++17", "-ffp-contract=off", "-pthread"} <= set(flags)
+        assert {"-O3", "-std=c++17", "-ffp-contract=off", "-fno-trapping-math", "-pthread"} <= set(flags)
         assert all(f.startswith("-") for f in flags)
 
 

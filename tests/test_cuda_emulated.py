@@ -1194,6 +1194,11 @@ def test_conv_erfc_series_is_the_generic_codes():
     terms = [float(t) for t in re.findall(r"ARRPOS_CLENSHAW\(([-+0-9.e]+)\)", body)]
     c0 = float(re.search(r"C\((-0\.65\d+)\)", body).group(1))
     assert terms[::-1] == list(_xp._ERFC_CHEB[1:]) and c0 == _xp._ERFC_CHEB[0]
+    # float sums the generic path's first _ERFC_TERMS_FLOAT32 terms: the rest are double's only
+    double_only = body[body.index("if (sizeof(C) == 8) {"):]
+    double_only = double_only[:double_only.index("}")]
+    skipped = [float(t) for t in re.findall(r"ARRPOS_CLENSHAW\(([-+0-9.e]+)\)", double_only)]
+    assert skipped[::-1] == list(_xp._ERFC_CHEB[_xp._ERFC_TERMS_FLOAT32:])
 
 
 def test_conv_positional_guards(cp):

@@ -799,17 +799,24 @@ relative_bias(T *__restrict__ out, const T *__restrict__ table,
 // activations use the host kernel's exp (exp_c), erfc series and float32 tanh; float64 tanh is
 // this file's own (a few ulps from the host's std::tanh).
 
-// exp: Cody-Waite reduction and cephes' float polynomial (a degree-13 Taylor series in double),
-// scaled by 2**n in two halves (subnormal results and overflow to inf right); NaN stays NaN.
-__device__ __forceinline__ float exp_c(float x)
+// exp(hi + lo) (csrc/conv.inc's exp_sum): Cody-Waite reduction and cephes' float polynomial (a
+// degree-13 Taylor series in double), scaled by 2**n in two halves (subnormal results and
+// overflow to inf right); NaN stays NaN. hi + lo is never rounded: n comes from it, but
+// r = (hi - n ln2_hi) + (lo - n ln2_lo).
+__device__ __forceinline__ float exp_c(float hi, float lo)
 {
-    x = lt(x, -104.0f) ? -104.0f : (lt(89.0f, x) ? 89.0f : x);
+    const float x = add_rn(hi, lo);
+    const bool low = lt(x, -104.0f), high = lt(89.0f, x);  // NaN: neither
+    const float xc = low ? -104.0f : (high ? 89.0f : x);
+    hi = low ? -104.0f : (high ? 89.0f : hi);
+    lo = (low || high) ? 0.0f : lo;
     const float magic = 12582912.0f;  // 1.5 * 2**23: adding it rounds to an integer
-    const float kd = add_rn(mul_rn(x, 1.44269504088896341f), magic);
+    const float kd = add_rn(mul_rn(xc, 1.44269504088896341f), magic);
     const float n = sub_rn(kd, magic);
     const int ni = (int)__float_as_uint(kd) - (int)__float_as_uint(magic);
     const int n1 = ni >> 1, n2 = ni - n1;
-    const float r = sub_rn(sub_rn(x, mul_rn(n, 0.693359375f)), mul_rn(n, -2.12194440e-4f));
+    const float r = add_rn(sub_rn(hi, mul_rn(n, 0.693359375f)),
+                           sub_rn(lo, mul_rn(n, -2.12194440e-4f)));
     const float z = mul_rn(r, r);
     float p = add_rn(mul_rn(1.9875691500e-4f, r), 1.3981999507e-3f);
     p = add_rn(mul_rn(p, r), 8.3334519073e-3f);
@@ -822,16 +829,20 @@ __device__ __forceinline__ float exp_c(float x)
     return mul_rn(mul_rn(y, s1), s2);
 }
 
-__device__ __forceinline__ double exp_c(double x)
+__device__ __forceinline__ double exp_c(double hi, double lo)
 {
-    x = lt(x, -746.0) ? -746.0 : (lt(710.0, x) ? 710.0 : x);
+    const double x = add_rn(hi, lo);
+    const bool low = lt(x, -746.0), high = lt(710.0, x);  // NaN: neither
+    const double xc = low ? -746.0 : (high ? 710.0 : x);
+    hi = low ? -746.0 : (high ? 710.0 : hi);
+    lo = (low || high) ? 0.0 : lo;
     const double magic = 6755399441055744.0;  // 1.5 * 2**52
-    const double kd = add_rn(mul_rn(x, 1.4426950408889634), magic);
+    const double kd = add_rn(mul_rn(xc, 1.4426950408889634), magic);
     const double n = sub_rn(kd, magic);
     const long long ni = __double_as_longlong(kd) - __double_as_longlong(magic);
     const long long n1 = ni >> 1, n2 = ni - n1;
-    const double r = sub_rn(sub_rn(x, mul_rn(n, 6.93145751953125e-1)),
-                            mul_rn(n, 1.42860682030941723212e-6));
+    const double r = add_rn(sub_rn(hi, mul_rn(n, 6.93145751953125e-1)),
+                            sub_rn(lo, mul_rn(n, 1.42860682030941723212e-6)));
     double y = 1.0 / 6227020800.0;  // 1/13!
     y = add_rn(mul_rn(y, r), 1.0 / 479001600.0);
     y = add_rn(mul_rn(y, r), 1.0 / 39916800.0);
@@ -868,22 +879,24 @@ __device__ __forceinline__ C gelu_c(C v)
         dd = d;                                                                                  \
         d = nd;                                                                                  \
     }
-    ARRPOS_CLENSHAW(2.3281042579529253e-18)
-    ARRPOS_CLENSHAW(5.003005559445902e-20)
-    ARRPOS_CLENSHAW(-2.816663087747177e-17)
-    ARRPOS_CLENSHAW(1.210237189224279e-16)
-    ARRPOS_CLENSHAW(-9.457494571291233e-17)
-    ARRPOS_CLENSHAW(-1.5230282014571043e-15)
-    ARRPOS_CLENSHAW(7.106097613609237e-15)
-    ARRPOS_CLENSHAW(3.810905255189232e-16)
-    ARRPOS_CLENSHAW(-1.1270822361367252e-13)
-    ARRPOS_CLENSHAW(3.130921399342958e-13)
-    ARRPOS_CLENSHAW(8.944879273090725e-13)
-    ARRPOS_CLENSHAW(-6.886027526497553e-12)
-    ARRPOS_CLENSHAW(2.3940380830391146e-12)
-    ARRPOS_CLENSHAW(9.646791102015527e-11)
-    ARRPOS_CLENSHAW(-2.273651222931836e-10)
-    ARRPOS_CLENSHAW(-9.91364156493033e-10)
+    if (sizeof(C) == 8) {  // float: the first 14 terms
+        ARRPOS_CLENSHAW(2.3281042579529253e-18)
+        ARRPOS_CLENSHAW(5.003005559445902e-20)
+        ARRPOS_CLENSHAW(-2.816663087747177e-17)
+        ARRPOS_CLENSHAW(1.210237189224279e-16)
+        ARRPOS_CLENSHAW(-9.457494571291233e-17)
+        ARRPOS_CLENSHAW(-1.5230282014571043e-15)
+        ARRPOS_CLENSHAW(7.106097613609237e-15)
+        ARRPOS_CLENSHAW(3.810905255189232e-16)
+        ARRPOS_CLENSHAW(-1.1270822361367252e-13)
+        ARRPOS_CLENSHAW(3.130921399342958e-13)
+        ARRPOS_CLENSHAW(8.944879273090725e-13)
+        ARRPOS_CLENSHAW(-6.886027526497553e-12)
+        ARRPOS_CLENSHAW(2.3940380830391146e-12)
+        ARRPOS_CLENSHAW(9.646791102015527e-11)
+        ARRPOS_CLENSHAW(-2.273651222931836e-10)
+        ARRPOS_CLENSHAW(-9.91364156493033e-10)
+    }
     ARRPOS_CLENSHAW(5.059343495551469e-09)
     ARRPOS_CLENSHAW(6.5290544390988515e-09)
     ARRPOS_CLENSHAW(-8.523809591492654e-08)
@@ -905,7 +918,7 @@ __device__ __forceinline__ C gelu_c(C v)
     const C lo = sub_rn(a, hi);
     const C big = mul_rn(mul_rn(hi, hi), C(0.5));
     const C small = mul_rn(mul_rn(lo, add_rn(a, hi)), C(0.5));
-    const C e = mul_rn(mul_rn(t, exp_c(sub_rn(f, small))), exp_c(neg(big)));
+    const C e = mul_rn(t, exp_c(neg(big), sub_rn(f, small)));  // one exp, as the host's
     const C erfc = le(v, C(0)) ? e : sub_rn(C(2), e);
     const C vc = lt(v, C(-64)) ? C(-64) : v;
     return mul_rn(mul_rn(C(0.5), vc), erfc);
@@ -916,7 +929,7 @@ __device__ __forceinline__ C gelu_c(C v)
 __device__ __forceinline__ float tanh_c(float x)
 {
     const float a = lt(x, 0.0f) ? neg(x) : x;
-    const float e = exp_c(mul_rn(2.0f, lt(20.0f, a) ? 20.0f : a));
+    const float e = exp_c(mul_rn(2.0f, lt(20.0f, a) ? 20.0f : a), 0.0f);
     const float x2 = mul_rn(x, x);
     float p = -929569.0f / 638512875.0f;
     p = add_rn(mul_rn(p, x2), 21844.0f / 6081075.0f);
@@ -953,7 +966,7 @@ __device__ __forceinline__ double tanh_c(double x)
     p = add_rn(mul_rn(p, x2), -1.0 / 3.0);
     if (a < 0.3)
         return x == 0.0 ? x : add_rn(x, mul_rn(x, mul_rn(x2, p)));  // -0 stays -0
-    const double e = exp_c(mul_rn(2.0, a > 20.0 ? 20.0 : a));  // tanh is 1 from 19.1 on
+    const double e = exp_c(mul_rn(2.0, a > 20.0 ? 20.0 : a), 0.0);  // tanh is 1 from 19.1 on
     const double big = sub_rn(1.0, div_rn(2.0, add_rn(e, 1.0)));
     return x != x ? x : (x < 0.0 ? -big : big);
 }
