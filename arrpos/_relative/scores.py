@@ -180,8 +180,9 @@ def t5_bias(table: Array, /, query_len: int, key_len: int, *, bidirectional: boo
     idt = xp.int32 if n < 2**31 else buckets.dtype
     if q == 0 or k == 0:
         return relative_bias(table, xp.zeros((q, k), dtype=idt, device=dev))
+    # (one pass over the (q, k) ids: the shift is applied to the q-vector)
     ids = (xp.reshape(xp.arange(k, dtype=idt, device=dev), (1, k))
-           - xp.reshape(xp.arange(q, dtype=idt, device=dev), (q, 1)) + (q - 1))
+           - xp.reshape(xp.arange(q, dtype=idt, device=dev) - (q - 1), (q, 1)))
     return relative_bias(rows, ids)
 
 
