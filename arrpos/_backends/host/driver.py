@@ -401,8 +401,9 @@ def relative_gather_into(table, index, out) -> None:
     array of ids in range, ``out (heads,) + index.shape`` C-contiguous of table's dtype (its
     bits copied)."""
     idx = index.reshape(-1)
-    if idx.dtype != np.int64 and idx.dtype != np.int32:
-        idx = idx.astype(np.int64)
+    if idx.dtype != np.int64 and idx.dtype != np.int32:  # the kernel's two
+        # (narrower ids exactly in int32: half int64's bytes to write and read back)
+        idx = idx.astype(np.int32 if idx.dtype.itemsize < 4 else np.int64)
     nthreads, stream = threads_and_stores(out.nbytes)
     _cpu.relative_gather(np.ascontiguousarray(table.T), np.ascontiguousarray(idx),
                          out.reshape(out.shape[0], -1), nthreads, stream,
