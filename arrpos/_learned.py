@@ -514,7 +514,8 @@ def _geometric_positions(src, dst):
             right = q
         else:
             left = q
-    dis, cur = [], 1
+    dis: list[float] = []
+    cur: float = 1
     for i in range(src // 2):
         dis.append(cur)
         cur += q ** (i + 1)

@@ -204,6 +204,13 @@ def test_unknown_model_types():
         arrpos.RoPE.from_hf_config(odd)
     with pytest.raises(ValueError, match="^brand_new_lm: .*not a plain 1-D rope"):
         arrpos.RoPE.from_hf_config(dict(plain, rope_parameters={"rope_type": "fancy"}))
+    # rope per layer type with a NoPE layer: refused by the same rule, its message naming
+    # the layers' types (not a TypeError from sorting None with them)
+    per_layer = dict(plain, layer_types=["full_attention", "nope"], rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 1e4}, "nope": None})
+    with pytest.raises(ValueError, match="^brand_new_lm: .*not a plain 1-D rope "
+                                         "\\(\\['None', 'default'\\]\\)"):
+        arrpos.RoPE.from_hf_config(per_layer)
 
 
 @pytest.mark.parametrize("bad, words", [

@@ -266,8 +266,9 @@ def write(version, models, no_rotary):
         "its sub-configs and ``rotary`` (its own modeling file rotates); one model type per line.\n"
         "``NO_ROTARY``: the model types of that release with no rotary embedding anywhere.\n"
         '"""\n\n'
+        "from typing import Any\n\n"
         f"TRANSFORMERS_VERSION = {version!r}\n\n"
-        f"MODELS = {{\n{rows}}}\n\n"
+        f"MODELS: dict[str, dict[str, Any]] = {{\n{rows}}}\n\n"
         f"NO_ROTARY = frozenset({pprint.pformat(no_rotary, width=100, compact=True)})\n"
     )
     with open(OUT, "w", encoding="utf-8") as f:

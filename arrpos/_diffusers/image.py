@@ -254,7 +254,7 @@ def _cogview4(r, stretch=True):
     size = r.ints("rope_axes_dim", (256, 256), length=2) if stretch else None
 
     def ids(*, height, width):
-        if not stretch:
+        if size is None:  # (not stretch)
             return grid(np.arange(height), np.arange(width))
         return grid(np.arange(height) * size[0] // height, np.arange(width) * size[1] // width)
     half = head // 2

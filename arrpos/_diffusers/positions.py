@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -291,7 +291,7 @@ class DiffusersPositions:
         if missing:
             raise TypeError(f"{name}.position_ids() needs {', '.join(missing)} (it takes "
                             f"{', '.join(self.size_names)})")
-        out = {}
+        out: dict[str, Any] = {}
         for key, value in sizes.items():
             default = params[key].default
             if key in _COUNTS or isinstance(default, int) and not isinstance(default, bool):
@@ -440,8 +440,9 @@ class DiffusersPositions:
     def _apply_per_head(self, xp, x, position_ids, ax, inverse):
         """LTX-2 "split": head ``h`` rotates with the ``h``-th slice of the tables."""
         spec = self._spec
-        if ax is None or x.shape[ax] != spec.heads or x.shape[-1] * spec.heads != spec.width:
-            raise ValueError(f"x must have {spec.heads} heads of {spec.width // spec.heads} "
+        heads = cast(int, spec.heads)  # (set: the per-head specs alone come here)
+        if ax is None or x.shape[ax] != heads or x.shape[-1] * heads != spec.width:
+            raise ValueError(f"x must have {heads} heads of {spec.width // heads} "
                              f"features on heads_axis for {spec.class_name}, got shape "
                              f"{tuple(x.shape)} with heads_axis={ax}")
         cos, sin = self.cos_sin(position_ids, dtype=x.dtype)  # P + (heads, head_dim)

@@ -277,8 +277,8 @@ def _build_cache(rope, xp, dev, dtype, hi, seq_len, sub):
     # Rows in an order where no block of 64 follows the one before it: a table kernel may
     # step from one block of consecutive rows to the next, and each row must be the one a
     # lone position gets (the decode step's table path), bit for bit.
-    order = np.arange(rows).reshape(-1, 64)
-    order = np.concatenate([order[0::2], order[1::2]]).reshape(-1)
+    blocks = np.arange(rows).reshape(-1, 64)
+    order = np.concatenate([blocks[0::2], blocks[1::2]]).reshape(-1)
     cos, sin = rope.cos_sin(xp.asarray(order, device=dev), dtype=dtype, seq_len=seq_len)
     cut = slice(0, half) if rope.layout == "half" else slice(0, 2 * half, 2)
     back = xp.asarray(np.argsort(order), device=dev)

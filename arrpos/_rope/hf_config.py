@@ -225,11 +225,11 @@ def resolve(config):
     class's constant defaults under the file's keys and ``attribute_map`` aliases resolved.
     ``model_type`` is None for a config without one; unknown types keep their name."""
     config = as_dict(config)
-    model_type = config.get("model_type") or None
+    model_type: str | None = config.get("model_type") or None
     if model_type is not None and not isinstance(model_type, str):
         raise Refusal(f"config['model_type'] must be a string, got {model_type!r}")
     for _ in range(4):  # composite configs nest at most a few levels
-        entry = MODELS.get(model_type)
+        entry = None if model_type is None else MODELS.get(model_type)
         if entry is None:
             break
         subs = entry.get("sub_configs", {})
@@ -245,7 +245,7 @@ def resolve(config):
             model_type = subs["text_config"]  # legacy files: the text keys at the top level
         else:
             break
-    entry = MODELS.get(model_type, {})
+    entry = {} if model_type is None else MODELS.get(model_type, {})
     aliases = entry.get("attribute_map", {})
     merged = dict(entry.get("defaults", {}))
     for key, value in config.items():
@@ -330,7 +330,7 @@ def standard_rope_parameters(model_type, config):
     labels = set(config.get("layer_types") or ())
     nested = {k: v for k, v in rp.items() if isinstance(v, Mapping) or (v is None and k in labels)}
     layers = nested or {None: rp}
-    out = {}
+    out: dict[str | None, dict | None] = {}
     for layer_type, params in layers.items():
         if params is None:  # transformers: "possibly a NoPE layer"
             out[layer_type] = None
@@ -434,7 +434,7 @@ def _head_dim(config, model_type):
         return width, "memory_attention_hidden_size"
     if model_type == "qwen2_vl_vision":  # its hidden_size is the merger's output
         return config["embed_dim"] // config["num_heads"], "embed_dim"
-    keys = ("qk_rope_head_dim", "head_dim", "attention_head_dim", "kv_channels")
+    keys: tuple[str, ...] = ("qk_rope_head_dim", "head_dim", "attention_head_dim", "kv_channels")
     if model_type in _ROTARY_LAST:  # the whole head: the rotary part is its last features
         keys = keys[1:]
     for key in keys:
@@ -580,7 +580,7 @@ def _refuse_ambiguous(config, model_type):
     types = {(p or {}).get("rope_type") for p in layers.values()}
     if None not in layers or extra or not types <= set(_PLAIN_TYPES):
         raise Refusal(f"{_unknown(model_type)}; its rope is not a plain 1-D rope "
-                      f"({', '.join(sorted(extra)) or sorted(types)}): {_EXPLICIT}")
+                      f"({', '.join(sorted(extra)) or sorted(map(str, types))}): {_EXPLICIT}")
 
 
 def _warn_assumption(config, model_type):

@@ -7,9 +7,11 @@ its sub-configs and ``rotary`` (its own modeling file rotates); one model type p
 ``NO_ROTARY``: the model types of that release with no rotary embedding anywhere.
 """
 
+from typing import Any
+
 TRANSFORMERS_VERSION = '5.24.0'
 
-MODELS = {
+MODELS: dict[str, dict[str, Any]] = {
     'EvollaModel': {'default_theta': 500000.0, 'defaults': {'hidden_size': 4096, 'max_position_embeddings': 8192, 'num_attention_heads': 32, 'num_hidden_layers': 32}, 'rotary': True},
     'afmoe': {'defaults': {'head_dim': 128, 'hidden_size': 2048, 'max_position_embeddings': 16384, 'num_attention_heads': 16, 'num_hidden_layers': 32}, 'rotary': True},
     'apertus': {'default_theta': 12000000.0, 'defaults': {'hidden_size': 4096, 'max_position_embeddings': 65536, 'num_attention_heads': 32, 'num_hidden_layers': 32}, 'rope_parameters_default': {'factor': 8.0, 'high_freq_factor': 4.0, 'low_freq_factor': 1.0, 'original_max_position_embeddings': 8192, 'rope_theta': 12000000.0, 'rope_type': 'llama3'}, 'rotary': True},

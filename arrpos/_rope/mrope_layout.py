@@ -68,15 +68,16 @@ class Plan:
         k = g - xp.take(table.starts, p) + xp.take(table.first, p)
         width = xp.take(table.width, p)
         grows = {LINE: k, ROW: k // width, COL: k % width}
-        real = xp.take(table.real, p) if table.base_f is not None else None
+        base_f = table.base_f
+        real = xp.take(table.real, p) if base_f is not None else None
         rows = []
         for r in range(self.rows):
             sel = xp.take(table.sel[r], p)
             q = sum(xp.astype(sel == s, idx) * grows[s] for s in (LINE, ROW, COL))
             value = xp.take(table.base[r], p) + q
-            if real is not None:
+            if base_f is not None:
                 exact = xp.astype(value, xp.float32)  # int pieces: formed exactly, then rounded
-                value = xp.where(real, xp.take(table.base_f[r], p) + xp.astype(q, xp.float32),
+                value = xp.where(real, xp.take(base_f[r], p) + xp.astype(q, xp.float32),
                                  exact)
             value = xp.where(flat, xp.astype(value, dtype), xp.asarray(pad, dtype=dtype,
                                                                        device=dev))
@@ -372,7 +373,7 @@ def _qwen2_5_pass(spec, blocks, find, media, st, remain, aiv):
     n = len(find.tok)
     ends = {kind: find.next(spec[key], st) if remain[kind] > 0 and find.has(spec[key]) else n + 1
             for kind, key in (("audio", "audio_token_id"), ("image", IMAGE), ("video", VIDEO))}
-    kind = min(ends, key=ends.get)  # the model tests audio, then image, then video
+    kind = min(ends, key=lambda k: ends[k])  # the model tests audio, then image, then video
     at = ends[kind]
     if at > n:
         raise ValueError(f"input_ids: sequence {find.b} has fewer placeholders than its start "
@@ -427,6 +428,7 @@ def _qwen3_pass(spec, blocks, find, media, st, remain):
     edge = 2 if pair else 1
     blocks.line(edge, start + (at - st))
     start = start + (at - st) + edge
+    kinds: tuple[str, ...]
     if at == ed_a:
         used, kinds = _audio_run(find, at + 1), ("audio",)
         blocks.line(used, start)
