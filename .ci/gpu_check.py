@@ -633,6 +633,8 @@ def public_cases(cp, torch, recorder):
         index = np.abs(np.arange(40)[None, :] - np.arange(9)[:, None]) % 32
         got = gpu(lambda: arrpos.relative_bias(table, make_ids(index)))
         check_close(host(got), arrpos.relative_bias(host(table), index), dtype, "relative_bias")
+        got = gpu(lambda: arrpos.t5_bias(table, 9, 40))
+        check_close(host(got), arrpos.t5_bias(host(table), 9, 40), dtype, "t5_bias")
         grid, w2, w1 = make(x0[:, :8]), make(rng.uniform(-1, 1, (3, 3, 32))), make(
             rng.uniform(-1, 1, (5, 32)))
         got = gpu(lambda: arrpos.conv_positional_2d(grid, w2))

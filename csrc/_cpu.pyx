@@ -468,6 +468,12 @@ cdef extern from "families.hpp" namespace "arrpos::fam":
     void alibi_positions[T, P](PositionsJob job, int nthreads) noexcept nogil
     bint alibi_mask[T, M](MaskJob job, int nthreads) noexcept nogil
     bint gather[U, I](GatherJob job, int nthreads) noexcept nogil
+    cdef struct ToeplitzJob:
+        const char *lines
+        char *out
+        Py_ssize_t heads, q, k
+        bint stream
+    void toeplitz[U](ToeplitzJob job, int nthreads) noexcept nogil
     cdef struct ConvJob:
         const char *x
         const char *w
@@ -660,6 +666,32 @@ def relative_gather(cnp.ndarray table_t, cnp.ndarray index, cnp.ndarray out, int
     if not ok:
         raise ValueError(f"index must lie in [0, {table_t.shape[1]}) (the rows of table), got "
                          f"values outside")
+
+
+def toeplitz_rows(cnp.ndarray lines, cnp.ndarray out, Py_ssize_t q, Py_ssize_t k,
+                  int nthreads=1, bint stream=False):
+    """``out[h, i, j] = lines[h, j - i + q - 1]``: ``lines (heads, q + k - 1)`` and ``out
+    (heads, q * k)`` C-contiguous, of one element size (2, 4 or 8 bytes: the bits are
+    copied)."""
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(lines)
+    if cnp.PyArray_NDIM(lines) != 2 or cnp.PyArray_NDIM(out) != 2 \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(lines) or not cnp.PyArray_IS_C_CONTIGUOUS(out) \
+            or not cnp.PyArray_ISWRITEABLE(out) or cnp.PyArray_ITEMSIZE(out) != item \
+            or (item != 2 and item != 4 and item != 8) or q < 1 or k < 1 or nthreads < 1 \
+            or lines.shape[1] != q + k - 1 or out.shape[0] != lines.shape[0] \
+            or out.shape[1] != q * k:
+        raise Unsupported("toeplitz_bias: arrays the kernel does not serve")
+    cdef ToeplitzJob job
+    job.lines = <const char *>cnp.PyArray_DATA(lines)
+    job.out = <char *>cnp.PyArray_DATA(out)
+    job.heads, job.q, job.k, job.stream = lines.shape[0], q, k, stream
+    with nogil:
+        if item == 2:
+            toeplitz[uint16_t](job, nthreads)
+        elif item == 4:
+            toeplitz[uint32_t](job, nthreads)
+        else:
+            toeplitz[uint64_t](job, nthreads)
 
 
 def conv_grid_into(cnp.ndarray x, cnp.ndarray w, object bias, cnp.ndarray out, int code,

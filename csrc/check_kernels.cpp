@@ -27,9 +27,10 @@
 // alibi_bias_from_mask (8- to 64-bit masks; values other than 0 and 1 refused) equal to the
 // exact product rounded once; the relative-bias gather (1-D and 2-D int32/int64 indices,
 // shifted rows on the window path and others on the tile path, indices out of range refused)
-// equal to the table's bits; the depthwise convolution (1-D and 2-D, bias, residual, channels
-// past a tile) with its sums bit for bit and its exact GELU and tanh within 8 ulps of the
-// working type (tests/test_conv_kernels.py's bound); resample (taps along either axis or
+// and the windows of a bias of j - i alone (toeplitz) equal to the table's bits; the
+// depthwise convolution (1-D and 2-D, bias, residual, channels past a tile) with its sums bit
+// for bit and its exact GELU and tanh within 8 ulps of the working type
+// (tests/test_conv_kernels.py's bound); resample (taps along either axis or
 // both, one to nine a side, strided input) equal to its float64 sums rounded once; every
 // storage type, ragged shapes, misaligned outputs, one and two threads, streamed. clip_shift
 // (clip.hpp: every integer input into its own signed type or int64, strided and reversed
@@ -1175,6 +1176,60 @@ void gather_suite(Rng &rng, bool quick)
     }
 }
 
+// ---- toeplitz: out[h, i, j] = lines[h, j - i + q - 1], the bits of each storage type --------
+template <class T>
+void check_toeplitz(Rng &rng, ptrdiff_t heads, ptrdiff_t q, ptrdiff_t k)
+{
+    using U = typename std::conditional<sizeof(T) == 2, uint16_t,
+              typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type>::type;
+    const ptrdiff_t m = q + k - 1, n = heads * q * k;
+    std::vector<T> lines((size_t)(heads * m));
+    wild(rng, lines.data(), heads * m);
+    std::vector<U> want((size_t)n);
+    for (ptrdiff_t h = 0; h < heads; h++)
+        for (ptrdiff_t i = 0; i < q; i++)
+            for (ptrdiff_t j = 0; j < k; j++)
+                std::memcpy(&want[(size_t)((h * q + i) * k + j)],
+                            &lines[(size_t)(h * m + j - i + q - 1)], sizeof(U));
+    const std::string name = std::string("toeplitz ") + Info<T>::name() + " heads "
+                             + std::to_string(heads) + " q " + std::to_string(q) + " k "
+                             + std::to_string(k);
+    for (int level : levels()) {
+        set_simd_level(level);
+        for (const FamVariant &v : kFamVariants) {
+            Buf out((size_t)n * sizeof(U), v.off * sizeof(U));
+            std::memset(out.p, 0x5a, (size_t)n * sizeof(U));
+            fam::ToeplitzJob job{};
+            job.lines = (const char *)lines.data();
+            job.out = out.p;
+            job.heads = heads;
+            job.q = q;
+            job.k = k;
+            job.stream = v.stream;
+            g_checked++;
+            fam::toeplitz<U>(job, v.threads);
+            if (std::memcmp(out.p, want.data(), (size_t)n * sizeof(U))) {
+                if (g_failures < 30)
+                    std::printf("DIFF %s%s: the lines' bits\n", name.c_str(),
+                                variant_name(level, v).c_str());
+                g_failures++;
+            }
+        }
+    }
+}
+
+void toeplitz_suite(Rng &rng, bool quick)
+{
+    // (heads, q, k): one element; short rows (staged pieces); long rows; many rows per chunk
+    const ptrdiff_t shapes[][3] = {{1, 1, 1}, {3, 9, 13}, {2, 40, 700}, {4, quick ? 300 : 900, 77}};
+    for (const auto &s : shapes) {
+        check_toeplitz<float>(rng, s[0], s[1], s[2]);
+        check_toeplitz<double>(rng, s[0], s[1], s[2]);
+        check_toeplitz<f16>(rng, s[0], s[1], s[2]);
+        check_toeplitz<bf16>(rng, s[0], s[1], s[2]);
+    }
+}
+
 // ---- the depthwise convolution ------------------------------------------------------------
 //
 // The generic path's definition (_xp.conv_positional): taps summed a over kh, then b over kw,
@@ -1607,6 +1662,7 @@ int main(int argc, char **argv)
     copy_suite(rng);
     alibi_suite(rng, quick);
     gather_suite(rng, quick);
+    toeplitz_suite(rng, quick);
     conv_suite(rng, quick);
     resample_suite(rng);
     clip_suite(rng, quick);

@@ -792,6 +792,47 @@ bool gather(GatherJob job, int nthreads)
     return bad.load() == 0;
 }
 
+// ---- toeplitz: (heads, q, k), element (h, i, j) = lines[h, j - i + q - 1] ------------------
+//
+// A bias that depends on j - i only (T5's, from the q + k - 1 distances' rows of its table):
+// row i of head h is the window of its line at q - 1 - i, copied like alibi_bias's rows; no
+// ids to read or check. U: the element's bits (2, 4 or 8 bytes).
+struct ToeplitzJob {
+    const char *lines;  // (heads, q + k - 1) of U
+    char *out;          // (heads, q, k) of U
+    ptrdiff_t heads, q, k, chunk_rows, chunks_per_head;
+    int level;
+    bool stream;
+};
+
+template <class U>
+void toeplitz_chunk(void *ctx, ptrdiff_t c)
+{
+    const ToeplitzJob &j = *(const ToeplitzJob *)ctx;
+    const ptrdiff_t h = c / j.chunks_per_head, r0 = (c % j.chunks_per_head) * j.chunk_rows;
+    const ptrdiff_t r1 = r0 + j.chunk_rows < j.q ? r0 + j.chunk_rows : j.q;
+    const U *line = (const U *)j.lines + h * (j.q + j.k - 1);
+    const ptrdiff_t rowb = j.k * (ptrdiff_t)sizeof(U);
+    {
+        Streamer out(j.out + (h * j.q + r0) * rowb, j.stream, j.stream ? j.level : 0);
+        for (ptrdiff_t i = r0; i < r1; i++)
+            out.add((const char *)(line + (j.q - 1 - i)), rowb);
+    }  // (the last piece flushed before the fence)
+    fence(j.stream);
+}
+
+template <class U>
+void toeplitz(ToeplitzJob job, int nthreads)
+{
+    if (job.heads == 0 || job.q == 0 || job.k == 0)
+        return;
+    job.level = simd_level();
+    const ptrdiff_t per = window_rows(job.heads, job.q, job.k * (ptrdiff_t)sizeof(U), nthreads);
+    job.chunk_rows = per < job.q ? per : job.q;
+    job.chunks_per_head = (job.q + job.chunk_rows - 1) / job.chunk_rows;
+    parallel_for(job.heads * job.chunks_per_head, nthreads, toeplitz_chunk<U>, &job);
+}
+
 // ---- conv_positional / conv_positional_2d: depthwise convolution, channels last ------------
 //
 // x and out (outer, H, W, C) of T; w (kh, kw, C) and bias (C,) of T's compute type (the

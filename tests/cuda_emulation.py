@@ -331,6 +331,10 @@ class FakeCupy:
         return _fake(np.broadcast_to(a, shape))
 
     @staticmethod
+    def arange(*args, dtype=None):
+        return _fake(np.arange(*args, dtype=dtype))
+
+    @staticmethod
     def cumsum(a, axis=None, dtype=None):
         return _fake(np.cumsum(a, axis=axis, dtype=dtype))
 

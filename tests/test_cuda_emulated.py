@@ -1032,6 +1032,20 @@ def test_relative_bias_copies_bits_and_clamps_ids(cp):
     np.testing.assert_array_equal(got, np.moveaxis(bits[[0, 0, 19, 19, 19]], -1, 0))
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("q, k", [(1, 1), (5, 9), (40, 3)])
+def test_toeplitz_bias_is_the_gather_of_its_ids(cp, dtype, q, k):
+    """t5_bias's windows on CUDA: the relative_bias kernel at ids j - i + q - 1 made on the
+    device; equal to a loop over the rows."""
+    lines = np.random.default_rng(5).standard_normal((q + k - 1, 3)).astype(dtype)
+    got = np.asarray(_cupy.toeplitz_bias(cp.asfake(lines), q=q, k=k, dtype=np.dtype(dtype),
+                                         xp=cp))
+    ref = np.stack([lines[q - 1 - i:q - 1 - i + k].T for i in range(q)], axis=1)
+    assert got.shape == (3, q, k) and got.dtype == dtype
+    np.testing.assert_array_equal(got, ref)
+    assert cp.launches[-1][0] == driver.kernel_name("relative_bias", dtype)
+
+
 def test_new_bias_ops_through_dispatch(cp, monkeypatch):
     """The dispatcher sends them to the kernels; the ids' and the mask's checks run first (the
     CUDA driver does not validate them), so a bad value is a ValueError, nothing launched."""
@@ -1086,6 +1100,10 @@ def test_torch_bridge_bias_ops(bridge, cp):
     got = tc.relative_bias(table.t().contiguous().t(), index, dtype=torch.bfloat16, xp=None)
     assert got.dtype == torch.bfloat16 and got.shape == (4, 2, 3)
     assert torch.equal(got, table[index.long()].permute(2, 0, 1))
+    assert cp.launches[-1][0] == "arrpos::relative_bias<arrpos::bfloat16>"
+    got = tc.toeplitz_bias(table, q=4, k=6, dtype=torch.bfloat16, xp=None)
+    ref = torch.stack([table[3 - i:3 - i + 6].t() for i in range(4)], dim=1)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, ref)
     assert cp.launches[-1][0] == "arrpos::relative_bias<arrpos::bfloat16>"
 
 

@@ -180,6 +180,55 @@ def test_relative_bias_large_streamed_and_t5_index():
     _same_bits(arrpos.relative_bias(table, index), ref)
 
 
+def _toeplitz_reference(lines, q, k):
+    """``out[h, i, j] = lines[j - i + q - 1, h]`` by a loop over the rows (independent of
+    both the kernel and the generic twin)."""
+    out = np.empty((lines.shape[1], q, k), lines.dtype)
+    for i in range(q):
+        out[:, i, :] = lines[q - 1 - i:q - 1 - i + k].T
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(heads=st.integers(1, 9), q=st.integers(1, 70), k=st.integers(1, 700),
+       dtype=st.sampled_from(DTYPES), transposed=st.booleans(), data=st.data())
+def test_toeplitz_bias_equals_generic_and_the_loop(heads, q, k, dtype, transposed, data):
+    """The windows kernel (t5_bias's bias from its distances' rows): bit for bit the loop's
+    and the generic twin's, any lines layout (a transposed view is made contiguous)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    n = q + k - 1
+    lines = rng.standard_normal((heads, n) if transposed else (n, heads))
+    lines = (lines.T if transposed else lines).astype(dtype)
+    _served("toeplitz_bias", lines, dtype=lines.dtype)
+    got = _dispatch.call("toeplitz_bias", xp, lines, arrays=(lines,), q=q, k=k,
+                         dtype=lines.dtype)
+    _same_bits(got, _toeplitz_reference(lines, q, k))
+    _same_bits(got, _xp.toeplitz_bias(lines, q=q, k=k, dtype=lines.dtype, xp=xp))
+
+
+@pytest.mark.parametrize("q, k", [(1, 1 << 20), (2048, 2048), (3000, 5), (5, 3000)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_toeplitz_bias_streamed_and_threaded(q, k, dtype):
+    """Outputs past the streaming and threading sizes, long and short rows, one row."""
+    lines = np.random.default_rng(3).standard_normal((q + k - 1, 3)).astype(dtype)
+    got = _dispatch.call("toeplitz_bias", xp, lines, arrays=(lines,), q=q, k=k,
+                         dtype=lines.dtype)
+    _same_bits(got, _toeplitz_reference(lines, q, k))
+
+
+def test_t5_bias_takes_the_windows_kernel(monkeypatch):
+    """t5_bias on NumPy reaches the windows kernel, not a gather of (q, k) ids."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("t5_bias gathered by ids on the host")
+    monkeypatch.setattr(_xp, "relative_bias", refuse)
+    monkeypatch.setattr(_numpy, "relative_bias", refuse)
+    table = np.random.default_rng(4).standard_normal((32, 4)).astype(np.float32)
+    got = arrpos.t5_bias(table, 300, 500)
+    rel = np.arange(500)[None, :] - np.arange(300)[:, None]
+    ref = table[arrpos.t5_bucket(rel)].transpose(2, 0, 1)
+    _same_bits(got, ref)
+
+
 def _window_index(w, cls):
     """Swin's relative_position_index for a w x w window (BEiT's with its three class-token
     ids when ``cls``): rows that are shifts of the row before but for one column a window

@@ -74,6 +74,9 @@ def relative_gather(
     table_t: _Array, index: _Array, out: _Array, nthreads: int = ..., stream: bool = ...,
     rows: int = ...,
 ) -> None: ...
+def toeplitz_rows(
+    lines: _Array, out: _Array, q: int, k: int, nthreads: int = ..., stream: bool = ...,
+) -> None: ...
 def clip_shift_into(
     x: _Array, out: _Array, lo: int, hi: int, shift: int, nthreads: int = ...,
     stream: bool = ...,

@@ -545,7 +545,21 @@ def relative_bias(table, index, *, dtype, xp):
     return xp.permute_dims(rows, (rows.ndim - 1,) + tuple(range(rows.ndim - 1)))
 
 
-__all__ += ["alibi_bias_from_mask", "alibi_bias_from_positions", "relative_bias"]
+def toeplitz_ids(xp, q, k, device):
+    """The ``(q, k)`` ids ``j - i + q - 1`` of a bias that depends on ``j - i`` only (int32
+    where they fit), in one pass over the matrix."""
+    idt = xp.int32 if q + k - 1 < 2**31 else xp.int64
+    return (xp.reshape(xp.arange(k, dtype=idt, device=device), (1, k))
+            - xp.reshape(xp.arange(q, dtype=idt, device=device) - (q - 1), (q, 1)))
+
+
+def toeplitz_bias(lines, *, q, k, dtype, xp):
+    """``out[h, i, j] = lines[j - i + q - 1, h]`` for ``lines (q + k - 1, heads)``."""
+    return relative_bias(lines, toeplitz_ids(xp, q, k, device_of(lines)), dtype=dtype, xp=xp)
+
+
+__all__ += ["alibi_bias_from_mask", "alibi_bias_from_positions", "relative_bias",
+            "toeplitz_bias", "toeplitz_ids"]
 
 
 # ---- conv_positional -------------------------------------------------------------------------

@@ -153,6 +153,10 @@ OPS: dict[str, Op] = {op.name: op for op in (
        dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}),
     Op("relative_bias", ("table", "index"), arrays=("table", "index"), kernel="relative_bias",
        dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}, validated_by=("host",)),
+    # a bias of j - i alone: (heads, q, k) from the q + k - 1 lines (its rows) of the
+    # distances; on CUDA the gather of its ids
+    Op("toeplitz_bias", ("lines",), arrays=("lines",), kernel="relative_bias",
+       dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}),
     # both conv_positional forms: x (..., H, W, C), weight (kh, kw, C) (1-D: W = kw = 1)
     Op("conv_positional", ("x", "weight", "bias"), arrays=("x", "weight", "bias"),
        kernel="conv_positional", dtypes={"host": FLOATS, "cuda": FLOATS, "dask": _PER_CHUNK}),

@@ -148,10 +148,12 @@ def t5_bias(table: Array, /, query_len: int, key_len: int, *, bidirectional: boo
     Notes
     -----
     A bucket depends on the distance ``j - i`` only, so the ``q + k - 1`` distinct distances
-    are bucketed once, their rows of ``table`` gathered, and the bias is the gather of those
-    rows by ``j - i + q - 1`` (int32 ids): no bucket matrix; the compiled gather copies
-    windows of one line of values per head. Backend support: the buckets as
-    :func:`t5_bucket`, the gather as :func:`relative_bias` (its kernels where it has them).
+    are bucketed once, their rows of ``table`` gathered, and row ``i`` of head ``h`` is the
+    window of those rows' column ``h`` at ``q - 1 - i``: no bucket matrix. Backend support:
+    the buckets as :func:`t5_bucket`; the windows copied by a compiled kernel for NumPy arrays
+    and torch CPU tensors without autograd (no ids at all), gathered by :func:`relative_bias`'s
+    CUDA kernel and Dask graph at ids ``j - i + q - 1`` made on the device, and by ``take``
+    elsewhere.
 
     Examples
     --------
@@ -174,16 +176,12 @@ def t5_bias(table: Array, /, query_len: int, key_len: int, *, bidirectional: boo
     line = xp.arange(n, device=dev) - (q - 1 + query_offset)
     buckets = t5_bucket(line, bidirectional=bidirectional, num_buckets=table.shape[0],
                         max_distance=max_distance)
-    # each distance's row of the table: the bias is a gather of those rows by j - i + q - 1
-    # (rows that are shifts of each other: the compiled gather's windows)
-    rows = xp.take(table, buckets, axis=0)
-    idt = xp.int32 if n < 2**31 else buckets.dtype
     if q == 0 or k == 0:
-        return relative_bias(table, xp.zeros((q, k), dtype=idt, device=dev))
-    # (one pass over the (q, k) ids: the shift is applied to the q-vector)
-    ids = (xp.reshape(xp.arange(k, dtype=idt, device=dev), (1, k))
-           - xp.reshape(xp.arange(q, dtype=idt, device=dev) - (q - 1), (q, 1)))
-    return relative_bias(rows, ids)
+        return relative_bias(table, xp.zeros((q, k), dtype=xp.int32, device=dev))
+    # each distance's row of the table: row i of the bias is the window of those rows at
+    # q - 1 - i (the kernels copy the windows: no (q, k) ids to make or check)
+    rows = xp.take(table, buckets, axis=0)
+    return _dispatch.call("toeplitz_bias", xp, rows, arrays=(rows,), q=q, k=k, dtype=rows.dtype)
 
 
 def rel_shift(scores: Array, /) -> Array:

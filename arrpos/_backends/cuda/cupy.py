@@ -16,7 +16,7 @@ from . import driver
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
            "bind", "cache_clear", "conv_positional", "relative_bias", "resample_grid",
-           "rope_cos_sin", "sinusoid_table", "supports"]
+           "rope_cos_sin", "sinusoid_table", "supports", "toeplitz_bias"]
 
 DRIVER = "cuda"
 # ``supports`` reads each call's devices and their build state
@@ -135,6 +135,14 @@ def relative_bias(table, index, *, dtype, xp):
     """Twin of ``_xp.relative_bias`` for CuPy arrays: ``(heads,) + index.shape``,
     C-contiguous, the table's bits gathered (ids checked in range before)."""
     return driver.relative_bias(table, index, None, np.dtype(dtype).name)
+
+
+def toeplitz_bias(lines, *, q, k, dtype, xp):
+    """Twin of ``_xp.toeplitz_bias`` for CuPy arrays: the gather of its ids (made on the
+    device, in range by construction)."""
+    c = driver.cp()
+    ids = c.arange(k, dtype=np.int64)[None, :] - (c.arange(q, dtype=np.int64) - (q - 1))[:, None]
+    return driver.relative_bias(lines, ids, None, np.dtype(dtype).name)
 
 
 def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):

@@ -45,7 +45,7 @@ except (ImportError, AttributeError):  # a torch without torch.library.custom_op
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
            "bind", "cache_clear", "conv_positional", "cupy_available", "relative_bias",
-           "resample_grid", "rope_cos_sin", "sinusoid_table", "supports"]
+           "resample_grid", "rope_cos_sin", "sinusoid_table", "supports", "toeplitz_bias"]
 
 DRIVER = "cuda"
 # ``supports`` reads each call's autograd state, trace, devices and build state
@@ -366,6 +366,16 @@ def relative_bias(table, index, *, dtype, xp):
         driver.relative_bias(_as_cupy(table), _as_cupy(index.to(torch.int64)), _as_cupy(out),
                              _name(table.dtype))
     return out
+
+
+def toeplitz_bias(lines, *, q, k, dtype, xp):
+    """Twin of ``_xp.toeplitz_bias`` for CUDA tensors that need no gradient: the gather of its
+    ids (made on the device, in range by construction)."""
+    torch = _torch()
+    dev = lines.device
+    ids = (torch.arange(k, dtype=torch.int64, device=dev)[None, :]
+           - (torch.arange(q, dtype=torch.int64, device=dev) - (q - 1))[:, None])
+    return relative_bias(lines, ids, dtype=dtype, xp=xp)
 
 
 def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):

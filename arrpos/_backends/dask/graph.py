@@ -31,14 +31,14 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.layers import ArraySliceDep
 
 from ... import _dispatch
-from ..._lib import array_namespace, backend_name, check_index
-from .. import Unsupported, one_thread_per_call, ops, writing_part_of
+from ..._lib import array_namespace, backend_name, check_index, device_of
+from .. import Unsupported, _xp, one_thread_per_call, ops, writing_part_of
 from . import canvas as _canvas
 
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk", "bind",
            "cache_clear", "conv_positional", "relative_bias", "resample_grid", "rope_cos_sin",
-           "sinusoid_table", "supports"]
+           "sinusoid_table", "supports", "toeplitz_bias"]
 
 DRIVER = "dask"
 # ``supports`` reads chunk sizes, which are not in a signature
@@ -582,6 +582,11 @@ def relative_bias(table, index, *, dtype, xp):
             _relative_block, (_HEADS,) + ind, table, (_ROWS, _HEADS), index, ind,
             dict(dtype=dtype), None, concatenate=False, dtype=table.dtype,
             meta=_meta(table, index.ndim + 1, table.dtype), token="arrpos-relative_bias")
+
+
+def toeplitz_bias(lines, *, q, k, dtype, xp):
+    """Twin of ``_xp.toeplitz_bias``: the gather graph of its ids (``_xp.toeplitz_ids``)."""
+    return relative_bias(lines, _xp.toeplitz_ids(xp, q, k, device_of(lines)), dtype=dtype, xp=xp)
 
 
 def conv_positional(x, weight, bias, *, activation, residual, dtype, xp):

@@ -28,7 +28,7 @@ from .. import Unsupported, _cpu, _xp, memory, one_thread_wanted, whole_output_b
 
 __all__ = ["ALIBI_MODES", "APPLY_TYPES", "BF16", "BLOCK_MIN_BYTES", "F16", "F32", "F64",
            "PARALLEL_MIN_BYTES", "alibi_bias_into", "alibi_mask_into", "alibi_positions_into",
-           "block_bytes", "clip_shift_into", "conv_into", "relative_gather_into",
+           "block_bytes", "clip_shift_into", "conv_into", "relative_gather_into", "toeplitz_into",
            "resample_into", "resample_shape",
            "STREAM_MIN_BYTES", "TABLE_CACHE_BYTES", "bind_cached", "block_rows", "cache_clear",
            "check_ids", "code_of", "empty", "empty_bytes", "have_threads", "instruction_set",
@@ -408,6 +408,17 @@ def relative_gather_into(table, index, out) -> None:
     _cpu.relative_gather(np.ascontiguousarray(table.T), np.ascontiguousarray(idx),
                          out.reshape(out.shape[0], -1), nthreads, stream,
                          index.shape[0] if index.ndim == 2 else 0)
+
+
+def toeplitz_into(lines, out) -> None:
+    """``out[h, i, j] = lines[j - i + q - 1, h]``: ``lines (q + k - 1, heads)``, ``out (heads,
+    q, k)`` C-contiguous of lines' dtype (its bits copied)."""
+    heads, q, k = out.shape
+    if out.size == 0:
+        return
+    nthreads, stream = threads_and_stores(out.nbytes)
+    _cpu.toeplitz_rows(np.ascontiguousarray(lines.T), out.reshape(heads, q * k), q, k,
+                       nthreads, stream)
 
 
 _ACTIVATION_CODE = {None: 0, "gelu": 1, "tanh": 2}

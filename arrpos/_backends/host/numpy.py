@@ -19,7 +19,7 @@ from . import driver
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
            "bind", "cache_clear", "clip_shift", "conv_positional", "relative_bias",
-           "resample_grid", "rope_cos_sin", "sinusoid_table", "supports"]
+           "resample_grid", "rope_cos_sin", "sinusoid_table", "supports", "toeplitz_bias"]
 
 DRIVER = "host"
 # ``supports`` reads types, dtypes and options only (shapes and strides are the kernels' late
@@ -212,6 +212,13 @@ def relative_bias(table, index, *, dtype, xp):
     """Twin of ``_xp.relative_bias``: ``(heads,) + index.shape``, C-contiguous."""
     out = driver.empty((table.shape[1],) + index.shape, table.dtype)
     driver.relative_gather_into(table, index, out)
+    return out
+
+
+def toeplitz_bias(lines, *, q, k, dtype, xp):
+    """Twin of ``_xp.toeplitz_bias``: ``(heads, q, k)``, C-contiguous."""
+    out = driver.empty((lines.shape[1], q, k), lines.dtype)
+    driver.toeplitz_into(lines, out)
     return out
 
 

@@ -32,7 +32,7 @@ except (ImportError, AttributeError):  # a torch without torch.library.custom_op
 __all__ = ["DRIVER", "PER_SIGNATURE", "alibi_bias", "alibi_bias_from_mask",
            "alibi_bias_from_positions", "apply_rope", "apply_rope_cached", "apply_rope_qk",
            "bind", "cache_clear", "clip_shift", "conv_positional", "relative_bias",
-           "resample_grid", "rope_cos_sin", "sinusoid_table", "supports"]
+           "resample_grid", "rope_cos_sin", "sinusoid_table", "supports", "toeplitz_bias"]
 
 DRIVER = "host"
 # ``supports`` reads each call's autograd state and trace: nothing holds for a signature
@@ -294,6 +294,12 @@ def relative_bias(table, index, *, dtype, xp):
         index = index.to(torch.int32)
     ids = index.numpy() if index.dtype == torch.int32 else _ids(index)
     driver.relative_gather_into(_np(table), ids, _np(out))
+    return out
+
+
+def toeplitz_bias(lines, *, q, k, dtype, xp):
+    out = _empty((lines.shape[1], q, k), lines.dtype)
+    driver.toeplitz_into(_np(lines), _np(out))
     return out
 
 
