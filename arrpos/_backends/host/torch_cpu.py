@@ -290,10 +290,8 @@ def alibi_bias_from_mask(slopes, attention_mask, *, dtype, xp):
 
 def relative_bias(table, index, *, dtype, xp):
     out = _empty((table.shape[1],) + tuple(index.shape), table.dtype)
-    if index.dtype.itemsize < 4:  # exactly in int32 (the kernel's two: int32 and int64)
-        index = index.to(torch.int32)
-    ids = index.numpy() if index.dtype == torch.int32 else _ids(index)
-    driver.relative_gather_into(_np(table), ids, _np(out))
+    # (the driver widens ids of other integer types to the kernel's int32 or int64)
+    driver.relative_gather_into(_np(table), _np(index), _np(out))
     return out
 
 
