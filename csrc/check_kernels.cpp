@@ -1039,7 +1039,10 @@ void alibi_suite(Rng &rng, bool quick)
 // Swin's relative_position_index of a window of rows = w * w tokens (shifts but for a column
 // every window row; row i + w is row i moved w places: a period of w); 5, the same with one
 // element changed (the periodic rows' check); 6, rows of a period of 4 (ids depending on
-// i % 4 and j - i), any number of rows.
+// i % 4 and j - i), any number of rows; 7, Swin's of key - query (its lines' runs of ids go
+// up where 4's go down: copied from the table's rows, not their reversal); 8, rows of a period
+// of 4 whose lines are runs up and down of 1 to 19 ids (some lines copied run by run, some
+// gathered, every run boundary).
 template <class T, class I>
 void check_gather(Rng &rng, ptrdiff_t heads, ptrdiff_t buckets, ptrdiff_t rows, ptrdiff_t cols,
                   int kind)
@@ -1058,20 +1061,28 @@ void check_gather(Rng &rng, ptrdiff_t heads, ptrdiff_t buckets, ptrdiff_t rows, 
             idx[(size_t)(i * cols + j)] = kind == 0 || kind == 2
                                               ? (I)rng.below(buckets)
                                               : diagonal[(size_t)(j - i + rows - 1)];
-    if (kind == 6) {
+    if (kind == 6 || kind == 8) {
         std::vector<I> g((size_t)(4 * (rows + cols)));
         for (auto &v : g)
             v = (I)rng.below(buckets);
+        for (size_t u = 0; kind == 8 && u < g.size();) {  // runs from a start that fits
+            const ptrdiff_t len = 1 + rng.below(19), up = rng.below(2);
+            const ptrdiff_t lo = up ? 0 : len - 1, hi = up ? buckets - len : buckets - 1;
+            const ptrdiff_t first = hi >= lo ? lo + rng.below(hi - lo + 1) : 0;
+            for (ptrdiff_t m = 0; m < len && u < g.size(); m++, u++)
+                g[u] = (I)(hi >= lo ? (up ? first + m : first - m) : 0);
+        }
         for (ptrdiff_t i = 0; i < rows; i++)
             for (ptrdiff_t j = 0; j < cols; j++)
                 idx[(size_t)(i * cols + j)] = g[(size_t)((i % 4) * (rows + cols) + j - i + rows)];
     }
-    if (kind == 4 || kind == 5) {  // (dy + w - 1) * (2w - 1) + dx + w - 1, buckets (2w - 1)**2
+    if (kind == 4 || kind == 5 || kind == 7) {  // (dy + w - 1) * (2w - 1) + dx + w - 1
         const ptrdiff_t w = (ptrdiff_t)std::lround(std::sqrt((double)rows));
+        const ptrdiff_t s = kind == 7 ? -1 : 1;
         for (ptrdiff_t i = 0; i < rows; i++)
             for (ptrdiff_t j = 0; j < cols; j++)
                 idx[(size_t)(i * cols + j)] =
-                    (I)((i / w - j / w + w - 1) * (2 * w - 1) + i % w - j % w + w - 1);
+                    (I)((s * (i / w - j / w) + w - 1) * (2 * w - 1) + s * (i % w - j % w) + w - 1);
     }
     if (kind == 3 && n > 0)
         idx[(size_t)(n - 1 - rng.below(cols))] = (I)((idx[(size_t)(n - 1)] + 1) % buckets);
@@ -1084,8 +1095,9 @@ void check_gather(Rng &rng, ptrdiff_t heads, ptrdiff_t buckets, ptrdiff_t rows, 
         for (ptrdiff_t p = 0; p < n; p++)
             std::memcpy(&want[(size_t)(h * n + p)], &tv[(size_t)(h * buckets + idx[(size_t)p])],
                         sizeof(U));
-    const char *kinds[7] = {"1-D",  "shifted rows",   "any 2-D",  "shifted but one",
-                            "Swin", "Swin but one", "period 4"};
+    const char *kinds[9] = {"1-D",      "shifted rows",       "any 2-D",
+                            "shifted but one", "Swin",        "Swin but one",
+                            "period 4", "Swin key - query", "period 4 in runs"};
     const std::string name = std::string("relative_bias gather ") + Info<T>::name() + " index "
                              + std::to_string(8 * sizeof(I)) + "-bit " + kinds[kind] + " heads "
                              + std::to_string(heads) + " buckets " + std::to_string(buckets)
@@ -1160,20 +1172,22 @@ void gather_suite(Rng &rng, bool quick)
             gather_types<f16>(rng, s[0], s[1], s[2], s[3], kind);
             gather_types<bf16>(rng, s[0], s[1], s[2], s[3], kind);
         }
-    for (ptrdiff_t rows : {45, 48}) {  // a period of 4, the last line shorter or not
-        gather_types<float>(rng, 3, 40, rows, 140, 6);
-        gather_types<double>(rng, 3, 40, rows, 140, 6);
-        gather_types<f16>(rng, 3, 40, rows, 140, 6);
-        gather_types<bf16>(rng, 3, 40, rows, 140, 6);
-    }
+    for (ptrdiff_t rows : {45, 48})  // a period of 4, the last line shorter or not
+        for (int kind : {6, 8}) {
+            gather_types<float>(rng, 3, 40, rows, 140, kind);
+            gather_types<double>(rng, 3, 40, rows, 140, kind);
+            gather_types<f16>(rng, 3, 40, rows, 140, kind);
+            gather_types<bf16>(rng, 3, 40, rows, 140, kind);
+        }
     for (ptrdiff_t w : {7, 12})  // Swin's windows, one id changed
         gather_types<float>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, 5);
-    for (ptrdiff_t w : {7, 12}) {  // Swin's windows: 49 tokens (short rows), 144
-        gather_types<float>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, 4);
-        gather_types<double>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, 4);
-        gather_types<f16>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, 4);
-        gather_types<bf16>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, 4);
-    }
+    for (ptrdiff_t w : {7, 12})  // Swin's windows: 49 tokens (short rows), 144
+        for (int kind : {4, 7}) {
+            gather_types<float>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, kind);
+            gather_types<double>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, kind);
+            gather_types<f16>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, kind);
+            gather_types<bf16>(rng, 3, (2 * w - 1) * (2 * w - 1), w * w, w * w, kind);
+        }
 }
 
 // ---- toeplitz: out[h, i, j] = lines[h, j - i + q - 1], the bits of each storage type --------

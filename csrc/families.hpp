@@ -9,6 +9,7 @@
 // Values: the generic path's arithmetic, element for element (see each kernel).
 #ifndef ARRPOS_FAMILIES_HPP
 #define ARRPOS_FAMILIES_HPP
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
@@ -26,6 +27,8 @@ namespace fam {
 
 constexpr ptrdiff_t kPiece = 16384;  // bytes of a staged piece (L1-resident)
 constexpr ptrdiff_t kChunk = 1 << 18;  // bytes of output per chunk of the pool
+// a line of ids is copied run by run where its runs average this many ids (gathered else)
+constexpr ptrdiff_t kRunLength = 8;
 
 // n bytes from src (in cache) to dst: streamed past the cache (the instruction set's copy of
 // stream_copy, without its fence: a fence per row costs a third of the time; ``fence`` once
@@ -396,16 +399,21 @@ bool alibi_mask(MaskJob job, int nthreads)
 // so is each residue's rows of an index of a period p (index[i, j] = index[i-p, j-p]: Swin's
 // of a w x w window, p = w). Rows that are shifts but for a few columns (BEiT's) move on from
 // the row before; any other index is gathered in tiles, each read once (as int32) for every
-// head, with the instruction set's gathers.
+// head, with the instruction set's gathers. A line's ids that come in runs of consecutive ids
+// (Swin's: each window row's ids count down along a row of its 2-D table) are copied run by run
+// from their head's row of the table, or of the table reversed, instead of gathered.
 struct GatherJob {
     const char *table;  // (heads, buckets) of U
     const uint32_t *wide;  // 16-bit tables: the same (heads, buckets) widened (vector gathers)
+    const char *reversed;  // (heads, buckets) of U, each head's row reversed (lines by runs)
     const char *index;  // (n,) of I; (rows, n / rows) when rows > 0
     char *out;  // (heads, n) of U
     ptrdiff_t heads, buckets, n, rows, tile, cols, chunk_rows;
     ptrdiff_t period, blocks_per_line;  // window_chunk's rows (see there)
-    const ptrdiff_t *line_at;  // where each block's line ids start in ids
+    const ptrdiff_t *line_at;  // where each block's line ids start in ids (and in runs)
     int32_t *ids;
+    int32_t *runs;  // per block, at 2 * line_at: its line's runs, (length, first id) each
+    ptrdiff_t *run_count;  // per block: its line's runs (0: gathered instead)
     int level;  // the instruction set of the gathers
     bool stream;
     std::atomic<int> *bad;  // bit 1: an index outside [0, buckets); bit 2: rows not shifts
@@ -541,11 +549,25 @@ inline void line_block(const GatherJob &j, ptrdiff_t block, ptrdiff_t &t0, ptrdi
     t1 = t0 + j.chunk_rows < count ? t0 + j.chunk_rows : count;
 }
 
+// (a hint: no effect on what is computed)
+inline void prefetch(const void *p)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p);
+#elif ARRPOS_X86
+    _mm_prefetch((const char *)p, _MM_HINT_T0);
+#else
+    (void)p;
+#endif
+}
+
 // Rows of one head that are windows of one line: rows c, c + p, c + 2p, ... of a period p,
 // each the one p rows before moved p places right, with new ids in its first p columns. Row
 // c + t * p is the line's window at (count - 1 - t) * p, so a block of rows t0 <= t < t1 needs
 // the first p ids of rows t1 - 1 down to t0 + 1, then row t0 whole: line_ids_chunk reads and
-// checks them once for every head (bit 1 where one is out of range).
+// checks them once for every head (bit 1 where one is out of range; window_chunk checks the
+// rest), then finds the line's runs of ids that go up or down by one (length negative: down;
+// a run of one: up), kept where they are long enough to copy rather than gather.
 template <class I>
 void line_ids_chunk(void *ctx, ptrdiff_t block)
 {
@@ -554,10 +576,15 @@ void line_ids_chunk(void *ctx, ptrdiff_t block)
     line_block(j, block, t0, t1);
     const ptrdiff_t p = j.period, k = j.cols;
     const I *idx = (const I *)j.index + (block / j.blocks_per_line) * k;
-    int32_t *ids = j.ids + j.line_at[block];
+    int32_t *const line = j.ids + j.line_at[block];
+    int32_t *ids = line;
     bool ok = true;
+    constexpr ptrdiff_t kAhead = 8;  // rows p apart: a stride the prefetchers do not follow
     for (ptrdiff_t t = t1 - 1; t >= t0; t--) {
         const I *row = idx + t * p * k;
+        if (t - kAhead >= t0)
+            for (ptrdiff_t m = 0; m < p; m += 64 / (ptrdiff_t)sizeof(I))
+                prefetch(row - kAhead * p * k + m);
         const ptrdiff_t n = t > t0 ? p : k;
         for (ptrdiff_t m = 0; m < n; m++) {
             ok &= (uint64_t)(int64_t)row[m] < (uint64_t)j.buckets;
@@ -565,16 +592,63 @@ void line_ids_chunk(void *ctx, ptrdiff_t block)
         }
         ids += n;
     }
-    if (!ok)
+    if (!ok) {
         j.bad->fetch_or(1, std::memory_order_relaxed);
+        return;
+    }
+    const ptrdiff_t len = ids - line;
+    int32_t *runs = j.runs + 2 * j.line_at[block];
+    ptrdiff_t count = 0;
+    for (ptrdiff_t m = 0; m < len; count++) {
+        ptrdiff_t e = m + 1;
+        const int32_t step = e < len ? line[e] - line[m] : 1;  // (ids in range: no overflow)
+        if (step == 1 || step == -1)
+            while (e < len && line[e] - line[e - 1] == step)
+                e++;
+        runs[2 * count] = (int32_t)(step == -1 ? m - e : e - m);
+        runs[2 * count + 1] = line[m];
+        m = e;
+    }
+    j.run_count[block] = count * kRunLength <= len ? count : 0;
 }
 
-// A block's rows for one head: the line's values gathered once, then each row streamed from
-// them. The first head's chunks check, between them, that each row of the index from p on is
-// the row p before it moved (bit 2 and nothing written where one is not: the caller then
-// takes another path for the whole output, so what other chunks wrote is replaced); the other
-// ids are then the lines', all in range. Each checks a run of consecutive rows (a line's own
-// rows lie p apart: a read the prefetchers miss).
+// dst = a line of ids in runs (line_ids_chunk's) at the instruction set ``level`` (runs.inc;
+// defined with the other rows compiled per instruction set, below).
+template <class U>
+inline void copy_runs(int level, U *dst, const U *row, const U *rev, ptrdiff_t buckets,
+                      const int32_t *runs, ptrdiff_t count);
+
+// Rows [r, r1) of a 2-D index (k columns) compared with the rows p before them moved p places
+// right, a few elements at a time (advance), so that the reads of the index go along with a
+// chunk's streamed writes: a core reading from memory while it streams loses less than the
+// two apart.
+template <class I>
+struct ShiftCheck {
+    const I *idx;
+    ptrdiff_t k, p, r, r1, m;  // the next element: row r, column m (p <= m < k)
+    bool ok;
+
+    void advance(ptrdiff_t n)
+    {
+        while (ok && n > 0 && r < r1) {
+            const ptrdiff_t take = n < k - m ? n : k - m;
+            ok &= !std::memcmp(idx + r * k + m, idx + (r - p) * k + m - p,
+                               (size_t)take * sizeof(I));
+            n -= take;
+            m += take;
+            if (m == k) {
+                r++;
+                m = p;
+            }
+        }
+    }
+};
+
+// A block's rows for one head: the line's values gathered (or copied by runs) once, then each
+// row streamed from them. Between them, the chunks check that each row of the index from p on
+// is the row p before it moved (each chunk a share of the rows, along with its writes; bit 2
+// where one is not: the caller then takes another path for the whole output, so what the
+// chunks wrote is replaced); the other ids are then the lines', all in range.
 template <class U, class I>
 void window_chunk(void *ctx, ptrdiff_t c)
 {
@@ -583,47 +657,53 @@ void window_chunk(void *ctx, ptrdiff_t c)
         return;
     const ptrdiff_t p = j.period, blocks = p * j.blocks_per_line;
     const ptrdiff_t h = c / blocks, block = c % blocks, res = block / j.blocks_per_line;
-    const ptrdiff_t k = j.cols;
-    if (h == 0) {
-        const I *idx = (const I *)j.index;
-        const ptrdiff_t r0 = block * j.rows / blocks, r1 = (block + 1) * j.rows / blocks;
-        for (ptrdiff_t r = r0 > p ? r0 : p; r < r1; r++)
-            if (std::memcmp(idx + r * k + p, idx + (r - p) * k, (size_t)(k - p) * sizeof(I))) {
-                j.bad->fetch_or(2, std::memory_order_relaxed);
-                return;
-            }
-    }
+    const ptrdiff_t k = j.cols, chunks = j.heads * blocks, later = j.rows - p;
+    ShiftCheck<I> check{(const I *)j.index, k, p, p + c * later / chunks,
+                        p + (c + 1) * later / chunks, p, true};
+    const ptrdiff_t share = (check.r1 - check.r) * (k - p);
     ptrdiff_t t0, t1;
     line_block(j, block, t0, t1);
-    if (t0 >= t1)
-        return;
-    const ptrdiff_t len = (t1 - 1 - t0) * p + k;
-    // the values: in a buffer each thread keeps (up to a bound: an allocation per chunk costs
-    // a few per cent of it)
-    constexpr ptrdiff_t kKept = (ptrdiff_t)(256 << 10) / (ptrdiff_t)sizeof(U);
-    thread_local std::vector<U> kept;
-    std::unique_ptr<U[]> big;
-    if (len > kKept)
-        big.reset(new U[(size_t)len]);
-    else if ((ptrdiff_t)kept.size() < len)
-        kept.resize((size_t)kKept);
-    U *L = len > kKept ? big.get() : kept.data();
-    gather_row<U>(j.level, L, (const U *)j.table + h * j.buckets,
-                  j.wide ? j.wide + h * j.buckets : nullptr, j.ids + j.line_at[block], len);
-    const ptrdiff_t rowb = k * (ptrdiff_t)sizeof(U);
-    char *base = j.out + h * j.n * (ptrdiff_t)sizeof(U);
-    const int level = j.stream ? j.level : 0;
-    if (p == 1) {  // consecutive rows: one run of output
-        Streamer out(base + t0 * rowb, j.stream, level);
-        for (ptrdiff_t t = t0; t < t1; t++)
-            out.add((const char *)(L + (t1 - 1 - t)), rowb);
-    } else {
-        for (ptrdiff_t t = t0; t < t1; t++) {
-            Streamer out(base + (res + t * p) * rowb, j.stream, level);
-            out.add((const char *)(L + (t1 - 1 - t) * p), rowb);
+    if (t0 < t1) {
+        const ptrdiff_t len = (t1 - 1 - t0) * p + k;
+        // the values: in a buffer each thread keeps (up to a bound: an allocation per chunk
+        // costs a few per cent of it)
+        constexpr ptrdiff_t kKept = (ptrdiff_t)(256 << 10) / (ptrdiff_t)sizeof(U);
+        thread_local std::vector<U> kept;
+        std::unique_ptr<U[]> big;
+        if (len > kKept)
+            big.reset(new U[(size_t)len]);
+        else if ((ptrdiff_t)kept.size() < len)
+            kept.resize((size_t)kKept);
+        U *L = len > kKept ? big.get() : kept.data();
+        const ptrdiff_t at = j.line_at[block];
+        if (j.run_count[block])
+            copy_runs<U>(j.level, L, (const U *)j.table + h * j.buckets,
+                         (const U *)j.reversed + h * j.buckets, j.buckets, j.runs + 2 * at,
+                         j.run_count[block]);
+        else
+            gather_row<U>(j.level, L, (const U *)j.table + h * j.buckets,
+                          j.wide ? j.wide + h * j.buckets : nullptr, j.ids + at, len);
+        const ptrdiff_t rowb = k * (ptrdiff_t)sizeof(U), piece = (share + t1 - t0 - 1) / (t1 - t0);
+        char *base = j.out + h * j.n * (ptrdiff_t)sizeof(U);
+        const int level = j.stream ? j.level : 0;
+        if (p == 1) {  // consecutive rows: one run of output
+            Streamer out(base + t0 * rowb, j.stream, level);
+            for (ptrdiff_t t = t0; t < t1; t++) {
+                out.add((const char *)(L + (t1 - 1 - t)), rowb);
+                check.advance(piece);
+            }
+        } else {
+            for (ptrdiff_t t = t0; t < t1; t++) {
+                Streamer out(base + (res + t * p) * rowb, j.stream, level);
+                out.add((const char *)(L + (t1 - 1 - t) * p), rowb);
+                check.advance(piece);
+            }
         }
+        fence(j.stream);
     }
-    fence(j.stream);
+    check.advance(share);  // (the rest, where the chunk writes no rows)
+    if (!check.ok)
+        j.bad->fetch_or(2, std::memory_order_relaxed);
 }
 
 // The period of a 2-D index's rows: the least p (up to rows / 4 and 256) whose row p is row 0
@@ -757,21 +837,41 @@ bool gather(GatherJob job, int nthreads)
             line_block(job, b, t0, t1);
             at[(size_t)b + 1] = at[(size_t)b] + (t1 > t0 ? (t1 - 1 - t0) * p + k : 0);
         }
-        // (kept by the calling thread up to a bound: a fresh one costs page faults a call)
+        // ids, then runs (kept by the calling thread up to a bound: a fresh one costs page
+        // faults a call)
         thread_local std::vector<int32_t> kept;
         std::vector<int32_t> big;
         const ptrdiff_t nids = at[(size_t)blocks];
-        if (nids > (ptrdiff_t)(1 << 20))
-            big.resize((size_t)nids);
-        else if ((ptrdiff_t)kept.size() < nids)
-            kept.resize((size_t)nids);
+        const bool keep = nids <= (ptrdiff_t)(1 << 20);
+        if (!keep)
+            big.resize(3 * (size_t)nids);
+        else if ((ptrdiff_t)kept.size() < 3 * nids)
+            kept.resize(3 * (size_t)nids);
+        std::vector<ptrdiff_t> run_count((size_t)blocks);
         job.line_at = at.data();
-        job.ids = nids > (ptrdiff_t)(1 << 20) ? big.data() : kept.data();
+        job.ids = keep ? kept.data() : big.data();
+        job.runs = job.ids + nids;
+        job.run_count = run_count.data();
         // (a few thousand ids: waking the pool would cost more than reading them)
-        parallel_for(blocks, nids < (ptrdiff_t)(1 << 16) ? 1 : nthreads, line_ids_chunk<I>,
+        parallel_for(blocks, nids < (ptrdiff_t)(1 << 14) ? 1 : nthreads, line_ids_chunk<I>,
                      &job);
         if (bad.load())  // (an id out of range is refused whatever the rows)
             return false;
+        // the table reversed, for runs that count down (kept as the ids are)
+        thread_local std::vector<U> kept_reversed;
+        std::vector<U> big_reversed;
+        job.reversed = nullptr;
+        if (std::any_of(run_count.begin(), run_count.end(), [](ptrdiff_t n) { return n; })) {
+            const size_t size = (size_t)(job.heads * job.buckets);
+            std::vector<U> &rev = size <= (size_t)(1 << 20) ? kept_reversed : big_reversed;
+            if (rev.size() < size)
+                rev.resize(size);
+            const U *t = (const U *)job.table;
+            for (ptrdiff_t h = 0; h < job.heads; h++)
+                std::reverse_copy(t + h * job.buckets, t + (h + 1) * job.buckets,
+                                  rev.data() + h * job.buckets);
+            job.reversed = (const char *)rev.data();
+        }
         parallel_for(job.heads * blocks, nthreads, window_chunk<U, I>, &job);
         if (bad.load() == 0)
             return true;
@@ -913,6 +1013,7 @@ ARRPOS_PUSH_AVX512
 namespace arrpos { namespace fam { namespace isa_avx512 {
 #include "conv.inc"
 #include "resample.inc"
+#include "runs.inc"
 #include "scale.inc"
 }}}
 ARRPOS_POP
@@ -920,6 +1021,7 @@ ARRPOS_PUSH_AVX2
 namespace arrpos { namespace fam { namespace isa_avx2 {
 #include "conv.inc"
 #include "resample.inc"
+#include "runs.inc"
 #include "scale.inc"
 }}}
 ARRPOS_POP
@@ -927,11 +1029,28 @@ ARRPOS_POP
 namespace arrpos { namespace fam { namespace isa_portable {
 #include "conv.inc"
 #include "resample.inc"
+#include "runs.inc"
 #include "scale.inc"
 }}}
 
 namespace arrpos {
 namespace fam {
+
+// copy_runs at the instruction set ``level``.
+template <class U>
+inline void copy_runs(int level, U *dst, const U *row, const U *rev, ptrdiff_t buckets,
+                      const int32_t *runs, ptrdiff_t count)
+{
+#if ARRPOS_X86
+    if (level >= 2)
+        return isa_avx512::copy_runs<U>(dst, row, rev, buckets, runs, count);
+    if (level == 1)
+        return isa_avx2::copy_runs<U>(dst, row, rev, buckets, runs, count);
+#else
+    (void)level;
+#endif
+    isa_portable::copy_runs<U>(dst, row, rev, buckets, runs, count);
+}
 
 // scale_row at the instruction set ``level``.
 template <class T>

@@ -244,8 +244,23 @@ def _window_index(w, cls):
     return out
 
 
-@settings(max_examples=60, deadline=None)
-@given(kind=st.sampled_from(["t5", "swin", "beit", "random rows", "period"]),
+def _runs_of_ids(rng, shape, buckets):
+    """Rows of runs of ids that go up or down by one, 1 to 19 long (within [0, buckets))."""
+    out = np.empty(shape, np.int64)
+    for row in out.reshape(-1, shape[-1]):
+        m = 0
+        while m < row.size:
+            n, up = int(rng.integers(1, 20)), bool(rng.integers(0, 2))
+            first = rng.integers(0, buckets - n + 1) + (0 if up else n - 1)
+            run = first + np.arange(n) if up else first - np.arange(n)
+            row[m:m + n] = run[:row.size - m]
+            m += n
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(kind=st.sampled_from(["t5", "swin", "swin key - query", "beit", "random rows",
+                             "period", "period in runs"]),
        w=st.integers(8, 20),
        heads=st.integers(1, 17), dtype=st.sampled_from(DTYPES),
        idt=st.sampled_from([np.int64, np.int32]), edits=st.integers(0, 3), data=st.data())
@@ -260,11 +275,16 @@ def test_relative_bias_2d_index_paths_equal_generic(kind, w, heads, dtype, idt, 
         index = np.asarray(arrpos.t5_bucket(arrpos.relative_positions(q, w * w)))
     elif kind == "random rows":
         index = rng.integers(0, 50, size=(data.draw(st.integers(2, 70)), w * w))
-    elif kind == "period":  # ids of (i % p, j - i): Swin's rows are of a period of w
+    elif kind.startswith("period"):  # ids of (i % p, j - i): Swin's rows are of a period of w
+        # (in runs: lines copied run by run from the table's rows or their reversal where the
+        # runs are long, gathered where not)
         p, q = data.draw(st.integers(2, 6)), data.draw(st.integers(8, 90))
-        ids = rng.integers(0, 40, size=(p, q + w * w))
+        ids = (_runs_of_ids(rng, (p, q + w * w), 40) if kind.endswith("runs")
+               else rng.integers(0, 40, size=(p, q + w * w)))
         i, j = np.arange(q)[:, None], np.arange(w * w)[None, :]
         index = ids[i % p, j - i + q]
+    elif kind == "swin key - query":  # its lines' runs go up (copied from the table's rows)
+        index = np.ascontiguousarray(_window_index(w, False).T)
     else:
         index = _window_index(w, kind == "beit")
     index = index.astype(idt)
@@ -285,11 +305,14 @@ def test_relative_bias_2d_index_paths_equal_generic(kind, w, heads, dtype, idt, 
 
 
 @pytest.mark.parametrize("kind,w,dtype", [("beit", 24, np.float32), ("swin", 16, np.float16),
-                                          ("beit", 13, np.float64), ("t5", 23, np.float32)])
+                                          ("beit", 13, np.float64), ("t5", 23, np.float32),
+                                          ("swin key - query", 20, np.float32)])
 def test_relative_bias_2d_index_streamed(kind, w, dtype):
     # outputs past the streaming threshold, rows of lengths that are not whole cache lines
     if kind == "t5":
         index = arrpos.t5_bucket(arrpos.relative_positions(601, w * w + 2))
+    elif kind == "swin key - query":
+        index = np.ascontiguousarray(_window_index(w, False).T)
     else:
         index = _window_index(w, kind == "beit")
     heads = max(2, (12 << 20) // (index.size * np.dtype(dtype).itemsize))
