@@ -414,6 +414,7 @@ struct GatherJob {
     int32_t *ids;
     int32_t *runs;  // per block, at 2 * line_at: its line's runs, (length, first id) each
     ptrdiff_t *run_count;  // per block: its line's runs (0: gathered instead)
+    std::atomic<int> *line_ready;  // per block: 1 its ids and runs are in place, 2 out of range
     int level;  // the instruction set of the gathers
     bool stream;
     std::atomic<int> *bad;  // bit 1: an index outside [0, buckets); bit 2: rows not shifts
@@ -564,14 +565,14 @@ inline void prefetch(const void *p)
 // Rows of one head that are windows of one line: rows c, c + p, c + 2p, ... of a period p,
 // each the one p rows before moved p places right, with new ids in its first p columns. Row
 // c + t * p is the line's window at (count - 1 - t) * p, so a block of rows t0 <= t < t1 needs
-// the first p ids of rows t1 - 1 down to t0 + 1, then row t0 whole: line_ids_chunk reads and
-// checks them once for every head (bit 1 where one is out of range; window_chunk checks the
-// rest), then finds the line's runs of ids that go up or down by one (length negative: down;
-// a run of one: up), kept where they are long enough to copy rather than gather.
+// the first p ids of rows t1 - 1 down to t0 + 1, then row t0 whole: line_ids reads them once
+// for every head and returns whether they are in range (window_chunk checks the rest), then
+// finds the line's runs of ids that go up or down by one (length negative: down; a run of
+// one: up), kept where they are long enough to copy rather than gather (and the table's
+// reversal is there for the runs down).
 template <class I>
-void line_ids_chunk(void *ctx, ptrdiff_t block)
+bool line_ids(const GatherJob &j, ptrdiff_t block)
 {
-    const GatherJob &j = *(const GatherJob *)ctx;
     ptrdiff_t t0, t1;
     line_block(j, block, t0, t1);
     const ptrdiff_t p = j.period, k = j.cols;
@@ -592,27 +593,28 @@ void line_ids_chunk(void *ctx, ptrdiff_t block)
         }
         ids += n;
     }
-    if (!ok) {
-        j.bad->fetch_or(1, std::memory_order_relaxed);
-        return;
-    }
+    if (!ok)
+        return false;
     const ptrdiff_t len = ids - line;
     int32_t *runs = j.runs + 2 * j.line_at[block];
     ptrdiff_t count = 0;
+    bool down = false;
     for (ptrdiff_t m = 0; m < len; count++) {
         ptrdiff_t e = m + 1;
         const int32_t step = e < len ? line[e] - line[m] : 1;  // (ids in range: no overflow)
         if (step == 1 || step == -1)
             while (e < len && line[e] - line[e - 1] == step)
                 e++;
+        down |= step == -1;
         runs[2 * count] = (int32_t)(step == -1 ? m - e : e - m);
         runs[2 * count + 1] = line[m];
         m = e;
     }
-    j.run_count[block] = count * kRunLength <= len ? count : 0;
+    j.run_count[block] = count * kRunLength <= len && (j.reversed || !down) ? count : 0;
+    return true;
 }
 
-// dst = a line of ids in runs (line_ids_chunk's) at the instruction set ``level`` (runs.inc;
+// dst = a line of ids in runs (line_ids') at the instruction set ``level`` (runs.inc;
 // defined with the other rows compiled per instruction set, below).
 template <class U>
 inline void copy_runs(int level, U *dst, const U *row, const U *rev, ptrdiff_t buckets,
@@ -645,18 +647,32 @@ struct ShiftCheck {
 };
 
 // A block's rows for one head: the line's values gathered (or copied by runs) once, then each
-// row streamed from them. Between them, the chunks check that each row of the index from p on
-// is the row p before it moved (each chunk a share of the rows, along with its writes; bit 2
-// where one is not: the caller then takes another path for the whole output, so what the
-// chunks wrote is replaced); the other ids are then the lines', all in range.
+// row streamed from them. The first head's chunk of a block puts its line's ids (bit 1 where
+// one is out of range), which the other heads' chunks, handed out after it, wait for. Between
+// them, the chunks check that each row of the index from p on is the row p before it moved
+// (each chunk a share of the rows, along with its writes; bit 2 where one is not: the caller
+// then takes another path for the whole output, so what the chunks wrote is replaced); the
+// other ids are then the lines', all in range.
 template <class U, class I>
 void window_chunk(void *ctx, ptrdiff_t c)
 {
     const GatherJob &j = *(const GatherJob *)ctx;
-    if (j.bad->load(std::memory_order_relaxed))
-        return;
     const ptrdiff_t p = j.period, blocks = p * j.blocks_per_line;
     const ptrdiff_t h = c / blocks, block = c % blocks, res = block / j.blocks_per_line;
+    if (h == 0) {  // (the line's state put even where the job is given up: others wait for it)
+        int state = 2;
+        if (!j.bad->load(std::memory_order_relaxed)) {
+            if (line_ids<I>(j, block))
+                state = 1;
+            else
+                j.bad->fetch_or(1, std::memory_order_relaxed);
+        }
+        j.line_ready[block].store(state, std::memory_order_release);
+        if (state != 1)
+            return;
+    } else if (wait_set(j.line_ready[block]) != 1 || j.bad->load(std::memory_order_relaxed)) {
+        return;
+    }
     const ptrdiff_t k = j.cols, chunks = j.heads * blocks, later = j.rows - p;
     ShiftCheck<I> check{(const I *)j.index, k, p, p + c * later / chunks,
                         p + (c + 1) * later / chunks, p, true};
@@ -848,20 +864,20 @@ bool gather(GatherJob job, int nthreads)
         else if ((ptrdiff_t)kept.size() < 3 * nids)
             kept.resize(3 * (size_t)nids);
         std::vector<ptrdiff_t> run_count((size_t)blocks);
+        std::unique_ptr<std::atomic<int>[]> ready(new std::atomic<int>[(size_t)blocks]);
+        for (ptrdiff_t b = 0; b < blocks; b++)
+            ready[b].store(0, std::memory_order_relaxed);
         job.line_at = at.data();
         job.ids = keep ? kept.data() : big.data();
         job.runs = job.ids + nids;
         job.run_count = run_count.data();
-        // (a few thousand ids: waking the pool would cost more than reading them)
-        parallel_for(blocks, nids < (ptrdiff_t)(1 << 14) ? 1 : nthreads, line_ids_chunk<I>,
-                     &job);
-        if (bad.load())  // (an id out of range is refused whatever the rows)
-            return false;
-        // the table reversed, for runs that count down (kept as the ids are)
+        job.line_ready = ready.get();
+        // the table reversed, for lines in runs that count down (kept as the ids are), unless
+        // it is large beside the output
         thread_local std::vector<U> kept_reversed;
         std::vector<U> big_reversed;
         job.reversed = nullptr;
-        if (std::any_of(run_count.begin(), run_count.end(), [](ptrdiff_t n) { return n; })) {
+        if (job.buckets <= job.n / 8) {
             const size_t size = (size_t)(job.heads * job.buckets);
             std::vector<U> &rev = size <= (size_t)(1 << 20) ? kept_reversed : big_reversed;
             if (rev.size() < size)
@@ -875,6 +891,8 @@ bool gather(GatherJob job, int nthreads)
         parallel_for(job.heads * blocks, nthreads, window_chunk<U, I>, &job);
         if (bad.load() == 0)
             return true;
+        if (bad.load() & 1)  // (an id out of range is refused whatever the rows)
+            return false;
         bad.store(0);  // rows that are not windows: another path
     }
     if (job.rows >= 2 && job.cols * (ptrdiff_t)sizeof(U) >= 256) {

@@ -80,6 +80,7 @@ inline void parallel_for(ptrdiff_t n, int, ChunkFn fn, void *ctx)
     for (ptrdiff_t i = 0; i < n; i++)
         fn(ctx, i);
 }
+inline int wait_set(const std::atomic<int> &flag) { return flag.load(std::memory_order_acquire); }
 #else
 inline bool have_threads() { return true; }
 inline int max_threads() { return env_threads(); }
@@ -141,6 +142,19 @@ class Pool {
     }
 
     std::mutex job_mutex;
+
+    static void cpu_relax()
+    {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+        __builtin_ia32_pause();
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+        _mm_pause();
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+        __asm__ __volatile__("yield");
+#elif defined(_MSC_VER) && defined(_M_ARM64)
+        __yield();
+#endif
+    }
 
   private:
     // The wait policy: a worker that the scheduler preempted while holding a chunk (another
@@ -210,19 +224,6 @@ class Pool {
             n = n < 1 ? 1 : n;
         }
         return n;
-    }
-
-    static void cpu_relax()
-    {
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-        __builtin_ia32_pause();
-#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
-        _mm_pause();
-#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
-        __asm__ __volatile__("yield");
-#elif defined(_MSC_VER) && defined(_M_ARM64)
-        __yield();
-#endif
     }
 
     void take_chunks()
@@ -312,6 +313,21 @@ inline void pool_parent_after_fork()
 // threads that do not exist here) and start a new one on the next parallel call.
 inline void pool_child_after_fork() { Pool::instance() = nullptr; }
 #endif
+
+// A flag's value once another chunk of the same job has set it (nonzero). Chunks are handed
+// out in order, so a chunk that waits on one of a lower number waits at most for the rest of
+// that chunk's work: spin, then give the core to it (it may share this one).
+inline int wait_set(const std::atomic<int> &flag)
+{
+    int v;
+    for (int spin = 0; (v = flag.load(std::memory_order_acquire)) == 0; spin++) {
+        if (spin < 1000)
+            Pool::cpu_relax();
+        else
+            std::this_thread::yield();
+    }
+    return v;
+}
 
 inline void parallel_for(ptrdiff_t n, int nthreads, ChunkFn fn, void *ctx)
 {
