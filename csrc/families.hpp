@@ -694,8 +694,8 @@ void window_chunk(void *ctx, ptrdiff_t c)
         const ptrdiff_t at = j.line_at[block];
         if (j.run_count[block])
             copy_runs<U>(j.level, L, (const U *)j.table + h * j.buckets,
-                         (const U *)j.reversed + h * j.buckets, j.buckets, j.runs + 2 * at,
-                         j.run_count[block]);
+                         j.reversed ? (const U *)j.reversed + h * j.buckets : nullptr,
+                         j.buckets, j.runs + 2 * at, j.run_count[block]);
         else
             gather_row<U>(j.level, L, (const U *)j.table + h * j.buckets,
                           j.wide ? j.wide + h * j.buckets : nullptr, j.ids + at, len);
@@ -814,6 +814,17 @@ void shift_chunk(void *ctx, ptrdiff_t c)
     fence(j.stream);
 }
 
+// n elements of scratch: the calling thread's kept vector up to 2**20 (a fresh allocation a
+// call costs page faults), else big.
+template <class T>
+T *scratch(std::vector<T> &kept, std::vector<T> &big, size_t n)
+{
+    std::vector<T> &v = n <= ((size_t)1 << 20) ? kept : big;
+    if (v.size() < n)
+        v.resize(n);
+    return v.data();
+}
+
 // Returns false (output partly written) when an index lies outside [0, buckets). ``rows``:
 // the index is (rows, n / rows), whose shifted rows may take the window path; 0: any.
 template <class U, class I>
@@ -853,40 +864,31 @@ bool gather(GatherJob job, int nthreads)
             line_block(job, b, t0, t1);
             at[(size_t)b + 1] = at[(size_t)b] + (t1 > t0 ? (t1 - 1 - t0) * p + k : 0);
         }
-        // ids, then runs (kept by the calling thread up to a bound: a fresh one costs page
-        // faults a call)
+        // ids, then runs
         thread_local std::vector<int32_t> kept;
         std::vector<int32_t> big;
         const ptrdiff_t nids = at[(size_t)blocks];
-        const bool keep = nids <= (ptrdiff_t)(1 << 20);
-        if (!keep)
-            big.resize(3 * (size_t)nids);
-        else if ((ptrdiff_t)kept.size() < 3 * nids)
-            kept.resize(3 * (size_t)nids);
         std::vector<ptrdiff_t> run_count((size_t)blocks);
         std::unique_ptr<std::atomic<int>[]> ready(new std::atomic<int>[(size_t)blocks]);
         for (ptrdiff_t b = 0; b < blocks; b++)
             ready[b].store(0, std::memory_order_relaxed);
         job.line_at = at.data();
-        job.ids = keep ? kept.data() : big.data();
+        job.ids = scratch(kept, big, 3 * (size_t)nids);
         job.runs = job.ids + nids;
         job.run_count = run_count.data();
         job.line_ready = ready.get();
-        // the table reversed, for lines in runs that count down (kept as the ids are), unless
-        // it is large beside the output
+        // the table reversed, for lines in runs that count down, unless it is large beside
+        // the output
         thread_local std::vector<U> kept_reversed;
         std::vector<U> big_reversed;
         job.reversed = nullptr;
         if (job.buckets <= job.n / 8) {
-            const size_t size = (size_t)(job.heads * job.buckets);
-            std::vector<U> &rev = size <= (size_t)(1 << 20) ? kept_reversed : big_reversed;
-            if (rev.size() < size)
-                rev.resize(size);
+            U *rev = scratch(kept_reversed, big_reversed, (size_t)(job.heads * job.buckets));
             const U *t = (const U *)job.table;
             for (ptrdiff_t h = 0; h < job.heads; h++)
                 std::reverse_copy(t + h * job.buckets, t + (h + 1) * job.buckets,
-                                  rev.data() + h * job.buckets);
-            job.reversed = (const char *)rev.data();
+                                  rev + h * job.buckets);
+            job.reversed = (const char *)rev;
         }
         parallel_for(job.heads * blocks, nthreads, window_chunk<U, I>, &job);
         if (bad.load() == 0)
