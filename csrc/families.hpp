@@ -56,15 +56,24 @@ inline void put(char *dst, const char *src, ptrdiff_t n, bool stream)
     put(dst, src, n, stream, stream ? simd_level() : 0);
 }
 
-// Consecutive pieces of one run of output, streamed in whole cache lines: a row whose length
-// is not a multiple of 64 bytes would otherwise end in a partly written line, which costs
-// several times its share (the streamed part and the cached part of the line meet in memory).
-// Pieces are staged in an L1-resident buffer and streamed up to the last line boundary.
+// Consecutive pieces of one run of output, streamed in whole cache lines wherever they fall:
+// a line that a piece leaves partly written waits in a 64-byte carry for the next piece to
+// complete it, and goes out as one aligned line; the run's partial first and last lines
+// (whose other bytes are not this run's) are written with ordinary stores. A line streamed in
+// parts (16-byte pieces the write-combining buffer sees apart) or a run staged through a
+// buffer costs several times its share; pieces go out from where they are.
 class Streamer {
   public:
-    Streamer(char *dst, bool stream, int level) : dst_(dst), stream_(stream), level_(level) {}
+    Streamer(char *dst, bool stream, int level)
+        : dst_(dst), lo_((ptrdiff_t)((uintptr_t)dst & 63)), stream_(stream), level_(level) {}
     Streamer(char *dst, bool stream) : Streamer(dst, stream, stream ? simd_level() : 0) {}
-    ~Streamer() { flush(true); }
+    ~Streamer() { finish(); }
+    // The last line's bytes stored now (before a fence and the chunk's end); nothing later.
+    void finish()
+    {
+        flush();
+        lo_ = (ptrdiff_t)((uintptr_t)dst_ & 63);
+    }
     void add(const char *src, ptrdiff_t n)
     {
         if (!stream_) {
@@ -72,39 +81,51 @@ class Streamer {
             dst_ += n;
             return;
         }
-        if (used_ == 0 && (((uintptr_t)dst_ | (uintptr_t)n) & 63) == 0) {  // whole lines
-            put(dst_, src, n, true, level_);
-            dst_ += n;
-            return;
-        }
-        while (n > 0) {
-            const ptrdiff_t m = kPiece - used_ < n ? kPiece - used_ : n;
-            std::memcpy(buf_ + used_, src, (size_t)m);
-            used_ += m;
+        ptrdiff_t off = (ptrdiff_t)((uintptr_t)dst_ & 63);
+        if (off) {  // the carried line first
+            const ptrdiff_t m = 64 - off < n ? 64 - off : n;
+            std::memcpy(carry_ + off, src, (size_t)m);
+            dst_ += m;
             src += m;
             n -= m;
-            if (used_ == kPiece)
-                flush(false);
+            if (off + m < 64)
+                return;
+            line_out(dst_ - 64);
         }
+        const ptrdiff_t whole = n & ~(ptrdiff_t)63;
+        if (whole) {
+            put(dst_, src, whole, true, level_);
+            dst_ += whole;
+        }
+        if (n > whole)
+            std::memcpy(carry_, src + whole, (size_t)(n - whole));
+        dst_ += n - whole;
     }
 
   private:
-    void flush(bool all)
+    // The carried line, complete at ``line``: streamed, or (the run's first, begun at lo_)
+    // its own bytes stored.
+    void line_out(char *line)
     {
-        if (!stream_ || used_ == 0)
-            return;
-        // up to a line boundary of the output (all: everything)
-        ptrdiff_t n = all ? used_ : used_ - (ptrdiff_t)(((uintptr_t)dst_ + used_) & 63);
-        if (n <= 0)
-            return;
-        put(dst_, buf_, n, true, level_);
-        dst_ += n;
-        std::memmove(buf_, buf_ + n, (size_t)(used_ - n));
-        used_ -= n;
+        if (lo_) {
+            std::memcpy(line + lo_, carry_ + lo_, (size_t)(64 - lo_));
+            lo_ = 0;
+        } else {
+            put(line, carry_, 64, true, level_);
+        }
     }
-    alignas(64) char buf_[kPiece];
+    // The last line, partly written: its bytes stored (after the run's first byte).
+    void flush()
+    {
+        const ptrdiff_t off = (ptrdiff_t)((uintptr_t)dst_ & 63);
+        if (!stream_ || off <= lo_)
+            return;
+        char *line = dst_ - off;
+        std::memcpy(line + lo_, carry_ + lo_, (size_t)(off - lo_));
+    }
+    alignas(64) char carry_[64];
     char *dst_;
-    ptrdiff_t used_ = 0;
+    ptrdiff_t lo_;  // where the run's bytes begin in the carried line (its first line only)
     bool stream_;
     int level_;
 };
@@ -192,21 +213,22 @@ void alibi_chunk(void *ctx, ptrdiff_t c)
             L[u] = scaled<T>(s, (int64_t)u);
     }
     const ptrdiff_t rowb = j.k * (ptrdiff_t)sizeof(T);
-    char *dst = j.out + ((ptrdiff_t)h * j.q + r0) * rowb;
-    if (rowb >= 2048 || !j.stream) {
-        for (ptrdiff_t i = r0; i < r1; i++, dst += rowb)
-            put(dst, (const char *)(L + (key ? 0 : r1 - 1 - i)), rowb, j.stream);
-    } else {  // short rows: staged into pieces of whole rows, each streamed at once
-        const ptrdiff_t per = kPiece / rowb;
-        std::vector<char> stage((size_t)(per * rowb));
-        for (ptrdiff_t i = r0; i < r1;) {
-            const ptrdiff_t n = r1 - i < per ? r1 - i : per;
-            for (ptrdiff_t m = 0; m < n; m++)
-                std::memcpy(stage.data() + m * rowb, L + (key ? 0 : r1 - 1 - (i + m)),
-                            (size_t)rowb);
-            put(dst, stage.data(), n * rowb, true);
-            dst += n * rowb;
-            i += n;
+    {  // the chunk's rows: one run of output
+        Streamer out(j.out + ((ptrdiff_t)h * j.q + r0) * rowb, j.stream);
+        if (rowb >= 2048 || !j.stream) {
+            for (ptrdiff_t i = r0; i < r1; i++)
+                out.add((const char *)(L + (key ? 0 : r1 - 1 - i)), rowb);
+        } else {  // short rows: staged into pieces of whole rows, each added at once
+            const ptrdiff_t per = kPiece / rowb;
+            std::vector<char> stage((size_t)(per * rowb));
+            for (ptrdiff_t i = r0; i < r1;) {
+                const ptrdiff_t n = r1 - i < per ? r1 - i : per;
+                for (ptrdiff_t m = 0; m < n; m++)
+                    std::memcpy(stage.data() + m * rowb, L + (key ? 0 : r1 - 1 - (i + m)),
+                                (size_t)rowb);
+                out.add(stage.data(), n * rowb);
+                i += n;
+            }
         }
     }
     fence(j.stream);
@@ -250,6 +272,7 @@ void positions_chunk(void *ctx, ptrdiff_t c)
     const ptrdiff_t per = kPiece / (ptrdiff_t)sizeof(T);
     std::vector<T> stage(j.stream ? (size_t)per : 1);
     char *dst = j.out + ((ptrdiff_t)plane * j.q + r0) * j.k * (ptrdiff_t)sizeof(T);
+    Streamer out(dst, j.stream);  // (the chunk's rows: one run of output)
     for (ptrdiff_t i = r0; i < r1; i++) {
         const P qi = qp[i];
         for (ptrdiff_t j0 = 0; j0 < j.k; j0 += per) {
@@ -271,10 +294,11 @@ void positions_chunk(void *ctx, ptrdiff_t c)
                 }
             }
             if (j.stream)
-                put(dst, (const char *)st, n * (ptrdiff_t)sizeof(T), true);
+                out.add((const char *)st, n * (ptrdiff_t)sizeof(T));
             dst += n * (ptrdiff_t)sizeof(T);
         }
     }
+    out.finish();
     fence(j.stream);
 }
 
@@ -358,6 +382,7 @@ void mask_chunk(void *ctx, ptrdiff_t c)
     const ptrdiff_t rowb = j.k * (ptrdiff_t)sizeof(T);
     const int level = simd_level();
     std::unique_ptr<T[]> row(new T[j.stream ? (size_t)j.k : 1]);
+    Streamer out(j.out + (b * j.heads + h0) * rowb, j.stream, level);  // (one run of rows)
     for (ptrdiff_t h = h0; h < h1; h++) {
         const typename Elem<T>::C s = Elem<T>::load((const T *)j.slopes + h);
         char *dst = j.out + (b * j.heads + h) * rowb;
@@ -369,8 +394,9 @@ void mask_chunk(void *ctx, ptrdiff_t c)
             scale_row<T>(level, r, pos, s, j.k);
         }
         if (j.stream)
-            put(dst, (const char *)r, rowb, true, level);
+            out.add((const char *)r, rowb);
     }
+    out.finish();
     fence(j.stream);
 }
 
@@ -534,8 +560,8 @@ void gather_chunk(void *ctx, ptrdiff_t c)
         char *dst = j.out + (h * j.n + p0) * (ptrdiff_t)sizeof(U);
         U *st = j.stream ? stage.data() : (U *)dst;  // cached stores: into the output
         gather_row<U>(j.level, st, row, wide, ix.data(), n);
-        if (j.stream)
-            put(dst, (const char *)st, n * (ptrdiff_t)sizeof(U), true);
+        if (j.stream)  // (each head's piece a run of its own)
+            Streamer(dst, true, j.level).add((const char *)st, n * (ptrdiff_t)sizeof(U));
     }
     fence(j.stream);
 }

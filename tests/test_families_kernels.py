@@ -323,6 +323,64 @@ def test_relative_bias_2d_index_streamed(kind, w, dtype):
     _same_bits(arrpos.relative_bias(table, index.astype(np.int32)), ref)
 
 
+def _swin_index(w):
+    c = np.stack(np.meshgrid(np.arange(w), np.arange(w), indexing="ij")).reshape(2, -1)
+    rel = (c[:, :, None] - c[:, None, :]).transpose(1, 2, 0) + (w - 1)
+    return rel[..., 0] * (2 * w - 1) + rel[..., 1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(op=st.sampled_from(["alibi", "positions", "mask", "gather", "t5", "swin", "toeplitz"]),
+       heads=st.integers(1, 5), q=st.integers(1, 40), k=st.integers(1, 300),
+       mode=st.sampled_from(MODES), dtype=st.sampled_from(DTYPES), data=st.data())
+def test_streamed_parts_equal_generic(op, heads, q, k, mode, dtype, data):
+    """Outputs written as a part of a larger one (a Dask chunk in its canvas: streaming
+    stores whatever the part's size) at every row length and start (NumPy's arrays are
+    16-byte aligned, their rows anywhere): the lines a run leaves partly written, carried to
+    the next piece or stored at the run's ends, hold the generic path's bits."""
+    from arrpos._backends import writing_part_of
+    from arrpos._backends.host import driver
+
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    s = _slopes(heads, dtype)
+    if op == "alibi":
+        def call():
+            return arrpos.alibi_bias(s, q, k, mode=mode, query_offset=3)
+        ref = _xp.alibi_bias(s, q, k, mode=mode, query_offset=3, dtype=s.dtype, xp=xp)
+    elif op == "positions":
+        qp, kp = rng.integers(-300, 300, size=(2, q)), rng.integers(-300, 300, size=(2, k))
+        def call():
+            return arrpos.alibi_bias_from_positions(s, qp, kp, mode=mode)
+        ref = _xp.alibi_bias_from_positions(s, qp, kp, mode=mode, lead=(2,), dtype=s.dtype,
+                                            xp=xp)
+    elif op == "mask":
+        mask = rng.integers(0, 2, size=(q % 5 + 1, k)).astype(np.int64)
+        def call():
+            return arrpos.alibi_bias_from_mask(s, mask)
+        ref = _xp.alibi_bias_from_mask(s, mask != 0, dtype=s.dtype, xp=xp)
+    elif op in ("gather", "t5", "swin"):
+        if op == "gather":
+            index = rng.integers(0, 200, size=(q, k))
+        elif op == "t5":
+            index = arrpos.t5_bucket(arrpos.relative_positions(q, k + 64))
+        else:
+            index = _swin_index(q % 9 + 3)
+        table = rng.standard_normal((int(index.max()) + 1, heads)).astype(dtype)
+        def call():
+            return arrpos.relative_bias(table, index)
+        ref = _xp.relative_bias(table, index, dtype=table.dtype, xp=xp)
+    else:
+        lines = rng.standard_normal((q + k - 1, heads)).astype(dtype)
+        def call():
+            return _dispatch.call("toeplitz_bias", xp, lines, arrays=(lines,), q=q, k=k,
+                                  dtype=lines.dtype)
+        ref = _toeplitz_reference(lines, q, k)
+    with writing_part_of(driver.STREAM_MIN_BYTES):
+        assert driver.streams(0)
+        got = call()
+    _same_bits(got, ref)
+
+
 def test_relative_bias_index_out_of_range_raises():
     from arrpos._backends.host import driver
 
