@@ -15,6 +15,10 @@ from ._timing import interleaved, one_thread
 
 ALIBI = (32, 2048, 2048)  # heads, queries, keys: 512 MiB of float32
 ALIBI_QUICK = (32, 1024, 512)  # 64 MiB
+# rows that are not whole cache lines (a prompt's 2047 keys; T5 over 1000 tokens): each row
+# starts inside a line that the row before ends in
+ALIBI_ODD = (16, 1024, 2047)  # 128 MiB
+T5_ODD = (16, 1000, 1000)  # 61 MiB
 MASK = (8, 32, 4096)  # batch, heads, keys (BLOOM)
 T5 = (16, 1024, 1024)  # heads, queries, keys: 64 MiB
 SWIN_WINDOW = 32  # a (1024, 1024) index: the T5 rows' output size
@@ -77,6 +81,22 @@ def alibi_rows(rounds, quick):
                      _limit(t, "kernel", "stream"), user))
         rows.append((f"alibi_bias {mode}, 1 thread", size, t["one thread"] * 1e3,
                      _limit(t, "one thread", "stream 1"), ""))
+    if not quick:
+        h, q, k = ALIBI_ODD
+        s = arrpos.alibi_slopes(h, dtype=np.float32)
+        odd = host.empty((h, q, k), np.dtype(np.float32))
+
+        def kernel_odd():
+            return arrpos.alibi_bias(s, q, k)
+
+        t = interleaved({"kernel": kernel_odd, "one thread": one_thread(kernel_odd),
+                         "stream": lambda: host.stream_fill(odd),
+                         "stream 1": one_thread(lambda: host.stream_fill(odd))}, rounds=rounds)
+        size = f"({h}, {q}, {k}) f32"
+        rows.append(("alibi_bias causal, 2047 keys", size, t["kernel"] * 1e3,
+                     _limit(t, "kernel", "stream"), ""))
+        rows.append(("alibi_bias causal, 2047 keys, 1 thread", size, t["one thread"] * 1e3,
+                     _limit(t, "one thread", "stream 1"), ""))
     return rows
 
 
@@ -131,6 +151,13 @@ def t5_rows(rounds, quick):
     def gather():
         return arrpos.relative_bias(table, index)
 
+    ho, qo, ko = T5_ODD
+    index_odd = arrpos.t5_bucket(arrpos.relative_positions(qo, ko, xp=torch))
+    buf_odd = host.empty((ho, qo, ko), np.dtype(np.float32))
+
+    def gather_odd():
+        return arrpos.relative_bias(table, index_odd)
+
     # Swin's relative_position_index of a 32 x 32 window (the same (1024, 1024) output)
     w = SWIN_WINDOW
     c = torch.stack(torch.meshgrid(torch.arange(w), torch.arange(w), indexing="ij")).flatten(1)
@@ -159,6 +186,9 @@ def t5_rows(rounds, quick):
                      "fused": t5_fused, "fused 1": one_thread(t5_fused),
                      "stream": lambda: host.stream_fill(buf),
                      "stream 1": one_thread(lambda: host.stream_fill(buf))}, rounds=rounds)
+    v = interleaved({"kernel": gather_odd, "one thread": one_thread(gather_odd),
+                     "stream": lambda: host.stream_fill(buf_odd),
+                     "stream 1": one_thread(lambda: host.stream_fill(buf_odd))}, rounds=rounds)
     u = interleaved({"t5": _torch_held(torch, n, t5_bias), "t5 1": one_thread(
                      _torch_held(torch, 1, t5_bias)),
                      "fused": _torch_held(torch, n, t5_fused),
@@ -170,6 +200,10 @@ def t5_rows(rounds, quick):
              _limit(t, "kernel", "stream"), ""),
             ("relative_bias gather (T5 index), 1 thread", size, t["one thread"] * 1e3,
              _limit(t, "one thread", "stream 1"), ""),
+            ("relative_bias gather (T5 index, 1000 keys)", f"({ho}, {qo}, {ko}) f32",
+             v["kernel"] * 1e3, _limit(v, "kernel", "stream"), ""),
+            ("relative_bias gather (T5 index, 1000 keys), 1 thread", f"({ho}, {qo}, {ko}) f32",
+             v["one thread"] * 1e3, _limit(v, "one thread", "stream 1"), ""),
             ("relative_bias gather (Swin index, 32 x 32 window)", size, t["swin"] * 1e3,
              _limit(t, "swin", "stream"), ""),
             ("relative_bias gather (Swin index), 1 thread", size, t["swin 1"] * 1e3,
