@@ -218,7 +218,7 @@ void alibi_chunk(void *ctx, ptrdiff_t c)
         if (rowb >= 2048 || !j.stream) {
             for (ptrdiff_t i = r0; i < r1; i++)
                 out.add((const char *)(L + (key ? 0 : r1 - 1 - i)), rowb);
-        } else {  // short rows: staged into pieces of whole rows, each added at once
+        } else {  // short rows: staged into pieces of whole rows (fewer, longer adds)
             const ptrdiff_t per = kPiece / rowb;
             std::vector<char> stage((size_t)(per * rowb));
             for (ptrdiff_t i = r0; i < r1;) {
